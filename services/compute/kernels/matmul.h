@@ -1,0 +1,74 @@
+// Weight-times-activation kernels for the three weight formats of a K3 checkpoint:
+// F32 and BF16 (trunk tensors) and MXFP4 (routed experts, read as packed nibbles + E8M0
+// scales, never materialised). Layout is the checkpoint's: W[rows=out][cols=in], y = W x.
+//
+// Determinism contract (tests check it): every output element y[t][r] is one dot product
+// computed by one thread in a fixed order that depends only on `cols` and the selected ISA,
+// never on T, on the row range, or on the thread count. So a prompt processed in chunks, or
+// token by token, or with 1 or N threads, gives bit-identical results.
+//
+// Every entry point has a scalar twin (`_scalar`) and an AVX2+FMA body (`_avx2`); the plain
+// name dispatches once at start-up (AVX2 when the CPU has it, unless K3_FORCE_SCALAR=1).
+#pragma once
+#include <cstdint>
+
+namespace k3::kern {
+
+enum class WFormat { F32, BF16 };
+
+// A dense row-major matrix view (non-owning). `data` points at rows*cols elements.
+struct DenseMat {
+  const void* data = nullptr;
+  WFormat format = WFormat::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// An MXFP4 matrix view: packed[rows][cols/2] (element 2j in the low nibble of byte j),
+// scales[rows][cols/group] E8M0 bytes (2^(s-127)). cols % group == 0, group % 2 == 0.
+struct Mxfp4Mat {
+  const uint8_t* packed = nullptr;
+  const uint8_t* scales = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t group = 32;
+};
+
+// Y[t*ldy + r] = sum_c W[r][c] * X[t*ldx + c]   for t < T, r < W.rows.
+// X rows are W.cols floats; OpenMP parallel over rows (and tokens), deterministic.
+void Matmul(const DenseMat& W, const float* X, int64_t T, float* Y);
+void MatmulScalar(const DenseMat& W, const float* X, int64_t T, float* Y);
+void MatmulAvx2(const DenseMat& W, const float* X, int64_t T, float* Y);
+
+void MatmulMxfp4(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
+void MatmulMxfp4Scalar(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
+void MatmulMxfp4Avx2(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
+
+// Transposed product over a block of rows: y[c] = sum_{i<n} x[i] * W[row0+i][c] for c < W.cols.
+// Used by MLA's absorbed attention (q -> latent, latent -> v). Fixed order over i.
+void MatmulTransposedRows(const DenseMat& W, int64_t row0, int64_t n, const float* x, float* y);
+
+// Converts one row of W to float (embedding lookup).
+void RowToFloat(const DenseMat& W, int64_t row, float* out);
+
+// Decodes one MXFP4 row to float (tests and reference comparisons).
+void Mxfp4RowToFloat(const Mxfp4Mat& W, int64_t row, float* out);
+
+// E2M1 code -> value, and E8M0 byte -> 2^(s-127) (s = 255 is NaN per spec; we return NaN so a
+// corrupt scale poisons the output visibly instead of silently zeroing a group).
+float E2M1Value(uint8_t nibble);
+float E8M0Scale(uint8_t s);
+
+bool CpuHasAvx2Fma();
+const char* ActiveIsa();  // "avx2" or "scalar"
+
+// bf16 <-> f32 (bf16 is the top half of an f32; rounding to nearest even on the way down).
+inline float Bf16ToF32(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t F32ToBf16(float f);
+
+}  // namespace k3::kern
