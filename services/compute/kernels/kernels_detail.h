@@ -1,0 +1,31 @@
+// Internal entry points of the kernel library. Callers (matmul.cpp) validate shapes and pick the
+// ISA; these bodies trust their arguments. The AVX2 translation unit includes only this header
+// and <immintrin.h>, so no inline library code gets compiled there with AVX2 enabled and then
+// shared (via the linker's COMDAT folding) with code that must run on CPUs without AVX2.
+#pragma once
+#include <cstdint>
+
+namespace k3::kern::detail {
+
+// Rows handed to one OpenMP work item. Any value gives the same numbers (each output is one
+// dot product); 16 keeps the per-thread slices coarse while still balancing small matrices.
+constexpr int64_t kRowBlock = 16;
+
+// Work (multiply-adds) below which a call stays single-threaded: a parallel region costs
+// microseconds, more than a tiny matrix takes. Does not change any result.
+constexpr int64_t kParallelMinWork = int64_t{1} << 16;
+
+// Y[t*rows + r] = sum_c W[r][c] X[t*cols + c]. `w` is f32 or (bf16 == true) raw bf16 bits.
+void DenseScalar(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x, int64_t T,
+                 float* y);
+void DenseAvx2(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x, int64_t T,
+               float* y);
+
+// `scale` maps an E8M0 byte to 2^(s-127) (NaN for 255). The AVX2 body needs group % 32 == 0
+// and uses `half_scale` = 2^(s-128), because it decodes E2M1 as exact int8 values times two.
+void Mxfp4Scalar(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                 int64_t group, const float* scale, const float* x, int64_t T, float* y);
+void Mxfp4Avx2(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+               int64_t group, const float* half_scale, const float* x, int64_t T, float* y);
+
+}  // namespace k3::kern::detail

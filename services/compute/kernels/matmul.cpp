@@ -1,0 +1,215 @@
+// Public entry points of matmul.h: argument checks, the one-time ISA choice, and the small
+// helpers (format conversions, row decode, transposed product) that are not hot enough to need
+// an AVX2 body.
+#include "matmul.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "../../../common/error.h"
+#include "kernels_detail.h"
+
+namespace k3::kern {
+namespace {
+
+constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// E8M0 byte -> 2^(s-127) and 2^(s-128), built once with ldexpf so s = 0 gets the exact
+// subnormal 2^-127 (a bit trick on the exponent field would give 0).
+struct ScaleTables {
+  float scale[256];
+  float half_scale[256];
+  ScaleTables() {
+    for (int s = 0; s < 256; ++s) {
+      scale[s] = E8M0Scale(static_cast<uint8_t>(s));
+      half_scale[s] = s == 255 ? scale[s] : std::ldexp(1.0f, s - 128);
+    }
+  }
+};
+const ScaleTables& Tables() {
+  static const ScaleTables tables;
+  return tables;
+}
+
+bool UseAvx2() {
+  static const bool use = [] {
+    const char* force = std::getenv("K3_FORCE_SCALAR");
+    const bool forced = force != nullptr && std::strcmp(force, "1") == 0;
+    return !forced && CpuHasAvx2Fma();
+  }();
+  return use;
+}
+
+void CheckAvx2() {
+  if (!CpuHasAvx2Fma()) throw RuntimeFailure("matmul: AVX2 kernel called on a CPU without AVX2+FMA");
+}
+
+std::string Shape(int64_t rows, int64_t cols) {
+  return "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+}
+
+void CheckDense(const DenseMat& W) {
+  if (W.rows < 0 || W.cols < 0) throw BadModel("matmul: negative matrix shape " + Shape(W.rows, W.cols));
+  if (W.format != WFormat::F32 && W.format != WFormat::BF16) {
+    throw BadModel("matmul: unknown weight format");
+  }
+  if (W.data == nullptr && W.rows > 0 && W.cols > 0) throw BadModel("matmul: null weight data");
+}
+
+void CheckMxfp4(const Mxfp4Mat& W) {
+  if (W.rows < 0 || W.cols < 0) {
+    throw BadModel("mxfp4: negative matrix shape " + Shape(W.rows, W.cols));
+  }
+  if (W.group <= 0 || W.group % 2 != 0) {
+    throw BadModel("mxfp4: group size " + std::to_string(W.group) + " is not a positive even number");
+  }
+  if (W.cols % W.group != 0) {
+    throw BadModel("mxfp4: " + std::to_string(W.cols) + " columns are not a multiple of group " +
+                   std::to_string(W.group));
+  }
+  if ((W.packed == nullptr || W.scales == nullptr) && W.rows > 0 && W.cols > 0) {
+    throw BadModel("mxfp4: null packed or scale data");
+  }
+}
+
+// Returns false when there is nothing to compute (writes zeros when cols == 0).
+bool CheckActivations(int64_t rows, int64_t cols, const float* X, int64_t T, float* Y) {
+  if (T < 0) throw RuntimeFailure("matmul: negative token count " + std::to_string(T));
+  if (T == 0 || rows == 0) return false;
+  if (Y == nullptr || (X == nullptr && cols > 0)) throw RuntimeFailure("matmul: null X or Y");
+  if (cols == 0) {
+    for (int64_t i = 0; i < T * rows; ++i) Y[i] = 0.0f;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+float E2M1Value(uint8_t nibble) { return kE2M1[nibble & 0x0F]; }
+
+float E8M0Scale(uint8_t s) {
+  if (s == 255) return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, static_cast<int>(s) - 127);
+}
+
+uint16_t F32ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  // NaN: keep sign and top payload bits, force the quiet bit so truncation cannot make an Inf.
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  // Round to nearest, ties to even: add 0x7FFF plus the lowest kept bit, then truncate.
+  // Values that round past the largest finite bf16 become Inf, as they should.
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+bool CpuHasAvx2Fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+const char* ActiveIsa() { return UseAvx2() ? "avx2" : "scalar"; }
+
+void MatmulScalar(const DenseMat& W, const float* X, int64_t T, float* Y) {
+  CheckDense(W);
+  if (!CheckActivations(W.rows, W.cols, X, T, Y)) return;
+  detail::DenseScalar(W.data, W.format == WFormat::BF16, W.rows, W.cols, X, T, Y);
+}
+
+void MatmulAvx2(const DenseMat& W, const float* X, int64_t T, float* Y) {
+  CheckDense(W);
+  CheckAvx2();
+  if (!CheckActivations(W.rows, W.cols, X, T, Y)) return;
+  detail::DenseAvx2(W.data, W.format == WFormat::BF16, W.rows, W.cols, X, T, Y);
+}
+
+void Matmul(const DenseMat& W, const float* X, int64_t T, float* Y) {
+  if (UseAvx2()) {
+    MatmulAvx2(W, X, T, Y);
+  } else {
+    MatmulScalar(W, X, T, Y);
+  }
+}
+
+void MatmulMxfp4Scalar(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
+  CheckMxfp4(W);
+  if (!CheckActivations(W.rows, W.cols, X, T, Y)) return;
+  detail::Mxfp4Scalar(W.packed, W.scales, W.rows, W.cols, W.group, Tables().scale, X, T, Y);
+}
+
+void MatmulMxfp4Avx2(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
+  CheckMxfp4(W);
+  CheckAvx2();
+  if (!CheckActivations(W.rows, W.cols, X, T, Y)) return;
+  if (W.group % 32 != 0) {
+    // The vector body decodes 32 codes at a time; other group sizes never occur in K3.
+    detail::Mxfp4Scalar(W.packed, W.scales, W.rows, W.cols, W.group, Tables().scale, X, T, Y);
+    return;
+  }
+  detail::Mxfp4Avx2(W.packed, W.scales, W.rows, W.cols, W.group, Tables().half_scale, X, T, Y);
+}
+
+void MatmulMxfp4(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
+  if (UseAvx2()) {
+    MatmulMxfp4Avx2(W, X, T, Y);
+  } else {
+    MatmulMxfp4Scalar(W, X, T, Y);
+  }
+}
+
+void MatmulTransposedRows(const DenseMat& W, int64_t row0, int64_t n, const float* x, float* y) {
+  CheckDense(W);
+  if (row0 < 0 || n < 0 || row0 + n > W.rows) {
+    throw RuntimeFailure("matmul: transposed rows [" + std::to_string(row0) + ", " +
+                         std::to_string(row0 + n) + ") outside " + Shape(W.rows, W.cols));
+  }
+  if (W.cols == 0) return;
+  if (y == nullptr || (x == nullptr && n > 0)) throw RuntimeFailure("matmul: null x or y");
+  for (int64_t c = 0; c < W.cols; ++c) y[c] = 0.0f;
+  // Fixed order over i; the loop over c vectorises without reassociating anything.
+  for (int64_t i = 0; i < n; ++i) {
+    const float xi = x[i];
+    const int64_t r = row0 + i;
+    if (W.format == WFormat::F32) {
+      const float* w = static_cast<const float*>(W.data) + r * W.cols;
+      for (int64_t c = 0; c < W.cols; ++c) y[c] += xi * w[c];
+    } else {
+      const uint16_t* w = static_cast<const uint16_t*>(W.data) + r * W.cols;
+      for (int64_t c = 0; c < W.cols; ++c) y[c] += xi * Bf16ToF32(w[c]);
+    }
+  }
+}
+
+void RowToFloat(const DenseMat& W, int64_t row, float* out) {
+  CheckDense(W);
+  if (row < 0 || row >= W.rows) {
+    throw RuntimeFailure("matmul: row " + std::to_string(row) + " outside " + Shape(W.rows, W.cols));
+  }
+  if (W.format == WFormat::F32) {
+    std::memcpy(out, static_cast<const float*>(W.data) + row * W.cols, W.cols * sizeof(float));
+  } else {
+    const uint16_t* w = static_cast<const uint16_t*>(W.data) + row * W.cols;
+    for (int64_t c = 0; c < W.cols; ++c) out[c] = Bf16ToF32(w[c]);
+  }
+}
+
+void Mxfp4RowToFloat(const Mxfp4Mat& W, int64_t row, float* out) {
+  CheckMxfp4(W);
+  if (row < 0 || row >= W.rows) {
+    throw RuntimeFailure("mxfp4: row " + std::to_string(row) + " outside " + Shape(W.rows, W.cols));
+  }
+  const uint8_t* p = W.packed + row * (W.cols / 2);
+  const uint8_t* s = W.scales + row * (W.cols / W.group);
+  const float* scale = Tables().scale;
+  for (int64_t c = 0; c < W.cols; ++c) {
+    const uint8_t code = (c % 2 == 0) ? (p[c / 2] & 0x0F) : (p[c / 2] >> 4);
+    out[c] = kE2M1[code] * scale[s[c / W.group]];  // exact: power-of-two scaling
+  }
+}
+
+}  // namespace k3::kern

@@ -1,0 +1,199 @@
+// AVX2+FMA bodies of the dense and MXFP4 products. Compiled with -mavx2 -mfma (this file only)
+// and reached only through the run-time dispatch in matmul.cpp.
+//
+// Determinism: every (token, row) output uses the same accumulators and the same instruction
+// sequence whatever block of rows/tokens it is computed in; the templates below only change
+// how many independent outputs are interleaved, never the arithmetic of one of them.
+// Keep this file free of std:: templates and other inline library code (see kernels_detail.h).
+#include <immintrin.h>
+
+#include "kernels_detail.h"
+
+namespace k3::kern::detail {
+namespace {
+
+inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Fixed reduction tree for the 8 lanes of one accumulator.
+inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256 Load8(const float* w) { return _mm256_loadu_ps(w); }
+// bf16 -> f32: zero-extend to 32 bits and shift into the top half (exact).
+inline __m256 Load8(const uint16_t* w) {
+  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+// NR rows x NT tokens of a dense product. Each output owns two 8-lane accumulators fed by
+// 16-column steps (lanes 0-7 and 8-15 of the step); a short tail goes through zero-padded
+// copies so it uses the same lanes. w points at row r, x at token t, y at Y[t*rows + r].
+template <typename WT, int NR, int NT>
+void DenseBlock(const WT* w, const float* x, int64_t cols, float* y, int64_t rows) {
+  __m256 a0[NR][NT], a1[NR][NT];
+  for (int i = 0; i < NR; ++i) {
+    for (int j = 0; j < NT; ++j) a0[i][j] = a1[i][j] = _mm256_setzero_ps();
+  }
+  int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    for (int i = 0; i < NR; ++i) {
+      const __m256 w0 = Load8(w + i * cols + c);
+      const __m256 w1 = Load8(w + i * cols + c + 8);
+      for (int j = 0; j < NT; ++j) {
+        a0[i][j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + j * cols + c), a0[i][j]);
+        a1[i][j] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + j * cols + c + 8), a1[i][j]);
+      }
+    }
+  }
+  if (c < cols) {
+    const int64_t n = cols - c;
+    alignas(32) float xt[NT][16] = {};
+    for (int j = 0; j < NT; ++j) {
+      for (int64_t k = 0; k < n; ++k) xt[j][k] = x[j * cols + c + k];
+    }
+    for (int i = 0; i < NR; ++i) {
+      alignas(32) WT wt[16] = {};
+      for (int64_t k = 0; k < n; ++k) wt[k] = w[i * cols + c + k];
+      const __m256 w0 = Load8(wt);
+      const __m256 w1 = Load8(wt + 8);
+      for (int j = 0; j < NT; ++j) {
+        a0[i][j] = _mm256_fmadd_ps(w0, _mm256_load_ps(xt[j]), a0[i][j]);
+        a1[i][j] = _mm256_fmadd_ps(w1, _mm256_load_ps(xt[j] + 8), a1[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < NR; ++i) {
+    for (int j = 0; j < NT; ++j) y[j * rows + i] = HSum(_mm256_add_ps(a0[i][j], a1[i][j]));
+  }
+}
+
+template <typename WT>
+void DenseRows(const WT* w, int64_t r0, int64_t r1, int64_t cols, const float* x, int64_t T,
+               float* y, int64_t rows) {
+  if (T == 1) {
+    // One token: interleave four rows so eight FMA chains hide the FMA latency.
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) DenseBlock<WT, 4, 1>(w + r * cols, x, cols, y + r, rows);
+    for (; r < r1; ++r) DenseBlock<WT, 1, 1>(w + r * cols, x, cols, y + r, rows);
+    return;
+  }
+  // Several tokens: one row at a time (it stays in L1), up to four tokens per pass over it.
+  for (int64_t r = r0; r < r1; ++r) {
+    const WT* wr = w + r * cols;
+    for (int64_t t = 0; t < T; t += 4) {
+      const float* xt = x + t * cols;
+      float* yt = y + t * rows + r;
+      switch (Min(4, T - t)) {
+        case 4: DenseBlock<WT, 1, 4>(wr, xt, cols, yt, rows); break;
+        case 3: DenseBlock<WT, 1, 3>(wr, xt, cols, yt, rows); break;
+        case 2: DenseBlock<WT, 1, 2>(wr, xt, cols, yt, rows); break;
+        default: DenseBlock<WT, 1, 1>(wr, xt, cols, yt, rows); break;
+      }
+    }
+  }
+}
+
+// 32 E2M1 codes (16 bytes, element 2j in the low nibble of byte j) -> 32 floats holding twice
+// the E2M1 value. Doubling makes every value an int8 (0,1,2,3,4,6,8,12 and negatives), so a
+// pshufb table lookup plus an int->float convert decodes exactly; the scale absorbs the 2.
+inline void Decode32(const uint8_t* p, __m256 w[4]) {
+  const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(b, low4));
+  const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b, 4), low4));
+  const __m128i e0 = _mm_unpacklo_epi8(lo, hi);  // elements 0..15 in order
+  const __m128i e1 = _mm_unpackhi_epi8(lo, hi);  // elements 16..31
+  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e0));
+  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(e0, 8)));
+  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e1));
+  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(e1, 8)));
+}
+
+// One MXFP4 row against NT tokens. Per group and token: two partial sums over the group's
+// 32-column blocks, added, times the group scale into one of two running accumulators
+// (even/odd group, for latency). Decoding is shared by the NT tokens.
+template <int NT>
+void Mxfp4Block(const uint8_t* pr, const uint8_t* sr, int64_t cols, int64_t group,
+                const float* half_scale, const float* x, float* y, int64_t rows) {
+  __m256 acc[NT][2];
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  const int64_t ngroups = cols / group;
+  for (int64_t g = 0; g < ngroups; ++g) {
+    const int64_t c0 = g * group;
+    __m256 w[4];
+    __m256 p0[NT], p1[NT];
+    Decode32(pr + c0 / 2, w);
+    for (int j = 0; j < NT; ++j) {
+      const float* xs = x + j * cols + c0;
+      p0[j] = _mm256_mul_ps(w[0], _mm256_loadu_ps(xs));
+      p1[j] = _mm256_mul_ps(w[1], _mm256_loadu_ps(xs + 8));
+      p0[j] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xs + 16), p0[j]);
+      p1[j] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xs + 24), p1[j]);
+    }
+    // Groups wider than 32 (not used by K3) keep feeding the same two partial sums.
+    for (int64_t c = c0 + 32; c < c0 + group; c += 32) {
+      Decode32(pr + c / 2, w);
+      for (int j = 0; j < NT; ++j) {
+        const float* xs = x + j * cols + c;
+        p0[j] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xs), p0[j]);
+        p1[j] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xs + 8), p1[j]);
+        p0[j] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xs + 16), p0[j]);
+        p1[j] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xs + 24), p1[j]);
+      }
+    }
+    const __m256 s = _mm256_set1_ps(half_scale[sr[g]]);
+    for (int j = 0; j < NT; ++j) {
+      acc[j][g & 1] = _mm256_fmadd_ps(_mm256_add_ps(p0[j], p1[j]), s, acc[j][g & 1]);
+    }
+  }
+  for (int j = 0; j < NT; ++j) y[j * rows] = HSum(_mm256_add_ps(acc[j][0], acc[j][1]));
+}
+
+}  // namespace
+
+void DenseAvx2(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x, int64_t T,
+               float* y) {
+  const int64_t nblocks = (rows + kRowBlock - 1) / kRowBlock;
+  const bool parallel = rows * cols * T >= kParallelMinWork;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int64_t r0 = b * kRowBlock, r1 = Min(rows, r0 + kRowBlock);
+    if (bf16) {
+      DenseRows(static_cast<const uint16_t*>(w), r0, r1, cols, x, T, y, rows);
+    } else {
+      DenseRows(static_cast<const float*>(w), r0, r1, cols, x, T, y, rows);
+    }
+  }
+}
+
+void Mxfp4Avx2(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+               int64_t group, const float* half_scale, const float* x, int64_t T, float* y) {
+  const int64_t nblocks = (rows + kRowBlock - 1) / kRowBlock;
+  const int64_t ngroups = cols / group;
+  const bool parallel = rows * cols * T >= kParallelMinWork;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int64_t r1 = Min(rows, (b + 1) * kRowBlock);
+    for (int64_t r = b * kRowBlock; r < r1; ++r) {
+      const uint8_t* pr = packed + r * (cols / 2);
+      const uint8_t* sr = scales + r * ngroups;
+      for (int64_t t = 0; t < T; t += 4) {
+        const float* xt = x + t * cols;
+        float* yt = y + t * rows + r;
+        switch (Min(4, T - t)) {
+          case 4: Mxfp4Block<4>(pr, sr, cols, group, half_scale, xt, yt, rows); break;
+          case 3: Mxfp4Block<3>(pr, sr, cols, group, half_scale, xt, yt, rows); break;
+          case 2: Mxfp4Block<2>(pr, sr, cols, group, half_scale, xt, yt, rows); break;
+          default: Mxfp4Block<1>(pr, sr, cols, group, half_scale, xt, yt, rows); break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace k3::kern::detail
