@@ -1,0 +1,95 @@
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "mixers.h"
+#include "ops.h"
+
+namespace k3::compute {
+
+void FfnForward(const ModelConfig& cfg, const FfnWeights& w, const float* x, int64_t T,
+                float* out) {
+  const int64_t I = w.gate.rows;
+  std::vector<float> a(static_cast<size_t>(T * I)), b(static_cast<size_t>(T * I));
+  kern::Matmul(w.gate, x, T, a.data());
+  kern::Matmul(w.up, x, T, b.data());
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t)
+    SituGlu(a.data() + t * I, b.data() + t * I, I, cfg.situ_beta, cfg.situ_linear_beta,
+            cfg.situ_linear_capped, a.data() + t * I);
+  kern::Matmul(w.down, a.data(), T, out);
+}
+
+void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
+                const float* x, int64_t T, float* out, int32_t* topk_out) {
+  const int64_t H = cfg.hidden_size, E = cfg.num_experts, K = cfg.top_k;
+  const int64_t L = cfg.latent_size, I = cfg.moe_intermediate_size;
+
+  // 1-3. router on the full-width x.
+  std::vector<float> logits(static_cast<size_t>(T * E)), weight(static_cast<size_t>(T * K));
+  std::vector<int32_t> idx(static_cast<size_t>(T * K));
+  kern::Matmul(w.router, x, T, logits.data());
+  for (int64_t t = 0; t < T; ++t)
+    Route(logits.data() + t * E, w.bias.data(), E, K, cfg.moe_renormalize,
+          cfg.routed_scaling_factor, idx.data() + t * K, weight.data() + t * K);
+  if (topk_out) std::copy(idx.begin(), idx.end(), topk_out);
+
+  // 4. latent down-projection.
+  std::vector<float> xl(static_cast<size_t>(T * L));
+  kern::Matmul(w.down_lat, x, T, xl.data());
+
+  // 5. group (token, rank) slots by expert; one MXFP4 matmul per expert over its rows.
+  std::vector<std::vector<int64_t>> slots(static_cast<size_t>(E));
+  std::vector<int32_t> wanted;
+  for (int64_t s = 0; s < T * K; ++s) {
+    auto& v = slots[static_cast<size_t>(idx[s])];
+    if (v.empty()) wanted.push_back(idx[s]);
+    v.push_back(s);
+  }
+  experts.Request(layer, wanted);
+  std::vector<float> yk(static_cast<size_t>(T * K * L));  // expert output per (token, rank)
+  std::vector<float> X, A, B, Y;
+  for (size_t n = 0; n < wanted.size(); ++n) {
+    const int32_t e = experts.NextReady(layer);
+    const ExpertWeights ew = experts.Acquire(layer, e);
+    const auto& rows = slots[static_cast<size_t>(e)];
+    const int64_t R = static_cast<int64_t>(rows.size());
+    X.resize(static_cast<size_t>(R * L));
+    A.resize(static_cast<size_t>(R * I));
+    B.resize(static_cast<size_t>(R * I));
+    Y.resize(static_cast<size_t>(R * L));
+    for (int64_t r = 0; r < R; ++r)
+      std::memcpy(X.data() + r * L, xl.data() + (rows[r] / K) * L, static_cast<size_t>(L) * 4);
+    kern::MatmulMxfp4(ew.w1, X.data(), R, A.data());
+    kern::MatmulMxfp4(ew.w3, X.data(), R, B.data());
+    for (int64_t r = 0; r < R; ++r)
+      SituGlu(A.data() + r * I, B.data() + r * I, I, cfg.situ_beta, cfg.situ_linear_beta,
+              cfg.situ_linear_capped, A.data() + r * I);
+    kern::MatmulMxfp4(ew.w2, A.data(), R, Y.data());
+    experts.Release(layer, e);
+    for (int64_t r = 0; r < R; ++r)
+      std::memcpy(yk.data() + rows[r] * L, Y.data() + r * L, static_cast<size_t>(L) * 4);
+  }
+
+  // Weighted sum in top-k rank order (whatever the arrival order), 6. norm of the SUM.
+  std::vector<float> ylat(static_cast<size_t>(T * L));
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    float* yt = ylat.data() + t * L;
+    for (int64_t d = 0; d < L; ++d) {
+      double acc = 0;
+      for (int64_t j = 0; j < K; ++j)
+        acc += static_cast<double>(weight[t * K + j]) * yk[(t * K + j) * L + d];
+      yt[d] = static_cast<float>(acc);
+    }
+    RmsNorm(yt, w.lat_norm.data(), L, cfg.rms_norm_eps, yt);
+  }
+
+  // 7. latent up, 8. plus the shared experts on the full x, unweighted.
+  std::vector<float> shared(static_cast<size_t>(T * H));
+  kern::Matmul(w.up_lat, ylat.data(), T, out);
+  FfnForward(cfg, w.shared, x, T, shared.data());
+  for (int64_t i = 0; i < T * H; ++i) out[i] += shared[i];
+}
+
+}  // namespace k3::compute

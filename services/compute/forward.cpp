@@ -1,0 +1,115 @@
+#include "forward.h"
+
+#include <cstdio>
+#include <vector>
+
+#include "mixers.h"
+#include "ops.h"
+
+namespace k3::compute {
+
+namespace {
+
+using Buf = std::vector<float>;
+
+// AR over the token's snapshots B[0..n) plus the running sum P, for every token of the chunk.
+void AttnResChunk(const std::vector<Buf>& B, const float* P, const std::vector<float>& fold,
+                  int64_t T, int64_t H, double eps, float* y) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<const float*> c;
+    for (const Buf& b : B) c.push_back(b.data() + t * H);
+    c.push_back(P + t * H);
+    AttnRes(c.data(), static_cast<int>(c.size()), fold.data(), H, eps, y + t * H);
+  }
+}
+
+void RmsChunk(const float* x, const std::vector<float>& w, int64_t T, int64_t H, double eps,
+              float* y) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) RmsNorm(x + t * H, w.data(), H, eps, y + t * H);
+}
+
+std::string LayerFile(int64_t l, const char* what) {
+  char b[64];
+  std::snprintf(b, sizeof b, "layer%03lld.%s", static_cast<long long>(l), what);
+  return b;
+}
+
+}  // namespace
+
+Forward::Forward(const ModelConfig& cfg, const GlobalWeights& globals, LayerSource& layers,
+                 ExpertSource& experts)
+    : cfg_(cfg), g_(globals), layers_(layers), experts_(experts) {
+  state_.Reset(cfg_);
+}
+
+void Forward::Reset() { state_.Reset(cfg_); }
+
+void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logits,
+                  Tracer* trace) {
+  const int64_t H = cfg_.hidden_size;
+  const double eps = cfg_.rms_norm_eps;
+  const size_t TH = static_cast<size_t>(T * H);
+  const int64_t F = sizeof(float);
+
+  Buf P(TH);  // running sum; starts as the embedding
+  for (int64_t t = 0; t < T; ++t) kern::RowToFloat(g_.embed, ids[t], P.data() + t * H);
+  if (trace) trace->Append("embed.f32", P.data(), T * H * F);
+
+  std::vector<Buf> B;  // block snapshots, per token
+  Buf a(TH), x(TH), o(TH);
+  std::vector<int32_t> topk(static_cast<size_t>(T * cfg_.top_k));
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const LayerWeights& w = layers_.Acquire(l);
+    if (B.empty()) {
+      a = P;
+    } else {
+      AttnResChunk(B, P.data(), w.attn_res_fold, T, H, eps, a.data());
+    }
+    const bool fresh = cfg_.is_block_start(l);
+    if (fresh) B.push_back(std::move(P));  // snapshot before this layer; P ← ∅
+    RmsChunk(a.data(), w.in_norm, T, H, eps, x.data());
+    if (w.kind == MixerKind::KDA) {
+      KdaForward(cfg_, w.kda, state_.kda[static_cast<size_t>(l)], x.data(), T, o.data());
+    } else {
+      MlaForward(cfg_, w.mla, state_.mla[static_cast<size_t>(l)], x.data(), T, o.data());
+    }
+    if (trace) trace->Append(LayerFile(l, "mixer.f32"), o.data(), T * H * F);
+    if (fresh) {
+      P = o;
+    } else {
+      for (size_t i = 0; i < TH; ++i) P[i] += o[i];
+    }
+    AttnResChunk(B, P.data(), w.mlp_res_fold, T, H, eps, a.data());
+    RmsChunk(a.data(), w.post_norm, T, H, eps, x.data());
+    if (w.dense) {
+      FfnForward(cfg_, w.dense_ffn, x.data(), T, o.data());
+    } else {
+      MoeForward(cfg_, l, w.moe, experts_, x.data(), T, o.data(), topk.data());
+    }
+    layers_.Release(l);
+    for (size_t i = 0; i < TH; ++i) P[i] += o[i];
+    if (trace) {
+      trace->Append(LayerFile(l, "ffn.f32"), o.data(), T * H * F);
+      if (!w.dense)
+        trace->Append(LayerFile(l, "topk.i32"), topk.data(), T * cfg_.top_k * 4);
+      trace->Append(LayerFile(l, "out.f32"), P.data(), T * H * F);
+    }
+  }
+  state_.position += T;
+
+  // Model output: AttnRes over the snapshots and h, final norm, lm_head.
+  AttnResChunk(B, P.data(), g_.out_res_fold, T, H, eps, a.data());
+  RmsChunk(a.data(), g_.final_norm, T, H, eps, x.data());
+  if (trace) trace->Append("final.f32", x.data(), T * H * F);
+  if (!logits) return;
+  if (all_positions) {
+    kern::Matmul(g_.lm_head, x.data(), T, logits);
+    if (trace) trace->Append("logits.f32", logits, T * cfg_.vocab_size * F);
+  } else {
+    kern::Matmul(g_.lm_head, x.data() + (T - 1) * H, 1, logits);
+  }
+}
+
+}  // namespace k3::compute

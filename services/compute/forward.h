@@ -1,0 +1,36 @@
+// The K3 model forward over a chunk of tokens (K3-MODEL.md §3.4 and Appendix A): embedding,
+// 93 (or cfg.num_layers) decoder layers with Attention Residuals, output AttnRes, final norm
+// and lm_head. State (KDA, conv, MLA cache) is carried between calls, so a prompt can be fed
+// in chunks and generation one token at a time.
+#pragma once
+#include <cstdint>
+
+#include "sources.h"
+#include "state.h"
+#include "trace.h"
+
+namespace k3::compute {
+
+class Forward {
+ public:
+  Forward(const ModelConfig& cfg, const GlobalWeights& globals, LayerSource& layers,
+          ExpertSource& experts);
+
+  void Reset();  // a fresh sequence
+  int64_t position() const { return state_.position; }
+  const SequenceState& state() const { return state_; }
+
+  // Consumes ids[0..T) after the current state. logits receives [T][vocab] when
+  // all_positions, else [vocab] for the last token only; null skips the head.
+  // trace (may be null) gets the per-layer activations of these T tokens appended.
+  void Run(const int32_t* ids, int64_t T, bool all_positions, float* logits, Tracer* trace);
+
+ private:
+  const ModelConfig& cfg_;
+  const GlobalWeights& g_;
+  LayerSource& layers_;
+  ExpertSource& experts_;
+  SequenceState state_;
+};
+
+}  // namespace k3::compute

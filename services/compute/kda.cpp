@@ -1,0 +1,74 @@
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "mixers.h"
+#include "ops.h"
+
+namespace k3::compute {
+
+void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const float* x,
+                int64_t T, float* out) {
+  const int64_t P = cfg.kda_proj(), H = cfg.kda_heads, D = cfg.kda_head_dim;
+  const int K = static_cast<int>(cfg.conv_kernel);
+  const size_t TP = static_cast<size_t>(T * P);
+  std::vector<float> q(TP), k(TP), v(TP), gate(TP), z(TP), y(TP);
+  std::vector<float> fa(static_cast<size_t>(T * D)), beta(static_cast<size_t>(T * H));
+
+  // 1. projections
+  kern::Matmul(w.q, x, T, q.data());
+  kern::Matmul(w.k, x, T, k.data());
+  kern::Matmul(w.v, x, T, v.data());
+  kern::Matmul(w.b, x, T, beta.data());
+  kern::Matmul(w.f_a, x, T, fa.data());
+  kern::Matmul(w.f_b, fa.data(), T, z.data());
+  kern::Matmul(w.g, x, T, gate.data());
+
+  // 2. short causal conv + SiLU, in place; channels are independent, time is sequential.
+  const int64_t kChanBlock = 256;
+  const int64_t nblk = (P + kChanBlock - 1) / kChanBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < 3 * nblk; ++b) {
+    const int64_t s = b / nblk, c0 = (b % nblk) * kChanBlock;
+    const int64_t c1 = std::min(P, c0 + kChanBlock);
+    float* u = s == 0 ? q.data() : s == 1 ? k.data() : v.data();
+    const std::vector<float>& taps = s == 0 ? w.conv_q : s == 1 ? w.conv_k : w.conv_v;
+    std::vector<float>& state = s == 0 ? st.conv_q : s == 1 ? st.conv_k : st.conv_v;
+    ShortConv(taps.data(), K, state.data(), u, T, P, c0, c1, u);
+  }
+
+  // 3-5. per token and head: L2 norms (q also scaled by 1/sqrt(D)), β, forget gate → α.
+  const float qscale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      float* qh = q.data() + t * P + h * D;
+      L2Norm(qh, D, 1e-6, qh);
+      for (int64_t d = 0; d < D; ++d) qh[d] *= qscale;
+      float* kh = k.data() + t * P + h * D;
+      L2Norm(kh, D, 1e-6, kh);
+      float& bt = beta[static_cast<size_t>(t * H + h)];
+      bt = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(bt))));
+    }
+    float* zt = z.data() + t * P;
+    KdaGate(w.a_log.data(), zt, w.dt_bias.data(), H, D, cfg.gate_lower_bound, zt);
+    for (int64_t i = 0; i < P; ++i) zt[i] = std::exp(zt[i]);  // α = exp(g)
+  }
+
+  // 6. delta-rule recurrence: heads in parallel, tokens in order; 7. gated norm per head.
+#pragma omp parallel for schedule(static)
+  for (int64_t h = 0; h < H; ++h) {
+    float* S = st.S.data() + h * D * D;
+    std::vector<float> o(static_cast<size_t>(D));
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t off = t * P + h * D;
+      KdaStep(S, D, q.data() + off, k.data() + off, v.data() + off, z.data() + off,
+              beta[static_cast<size_t>(t * H + h)], o.data());
+      GatedRmsNorm(o.data(), w.o_norm.data(), gate.data() + off, D, cfg.rms_norm_eps,
+                   y.data() + off);
+    }
+  }
+  kern::Matmul(w.o, y.data(), T, out);
+}
+
+}  // namespace k3::compute

@@ -1,0 +1,51 @@
+// k3-compute: the forward-pass process. Only the standalone mode (weights mapped straight
+// from a checkpoint directory) exists so far; the pipeline mode comes with the trunk reader.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "../../common/error.h"
+#include "standalone.h"
+
+int main(int argc, char** argv) {
+  using k3::compute::StandaloneOptions;
+  StandaloneOptions opt;
+  std::string ids_text;
+  double mla_eps = 0;
+  CLI::App app{"k3-compute: Kimi K3 forward pass"};
+  app.add_option("--standalone", opt.model_dir, "checkpoint directory (standalone mode)");
+  app.add_option("--ids", ids_text, "prompt token ids, comma separated");
+  app.add_option("--gen", opt.gen, "greedy tokens to generate (0 = prefill only)");
+  app.add_flag("--full-recompute", opt.full_recompute, "re-run the whole prefix every step");
+  app.add_option("--prefill-chunk", opt.prefill_chunk, "prompt tokens per forward chunk");
+  app.add_option("--threads", opt.threads, "OpenMP threads (default: all cores)");
+  app.add_option("--dump-logits", opt.dump_logits, "float32 logits choosing the first token");
+  app.add_option("--dump-trace", opt.dump_trace, "per-layer activations of the prompt pass");
+  app.add_flag("--tf-check", opt.tf_check, "teacher forcing: argmax at every prompt position");
+  auto* eps_opt = app.add_option("--mla-norm-eps", mla_eps, "epsilon of the MLA latent norms");
+  app.add_option("--out", opt.out, "JSON report");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "k3-compute: %s\n", e.what());
+    return k3::kExitUsage;
+  }
+  try {
+    if (opt.model_dir.empty())
+      throw k3::UsageError("only --standalone MODEL_DIR is implemented so far");
+    if (ids_text.empty()) throw k3::UsageError("--ids is required");
+    auto* threads_opt = app.get_option("--threads");
+    if (threads_opt->count() > 0 && opt.threads < 1) throw k3::UsageError("--threads must be >= 1");
+    opt.ids = k3::compute::ParseIds(ids_text);
+    if (eps_opt->count() > 0) opt.mla_norm_eps = mla_eps;
+    return k3::compute::RunStandalone(opt);
+  } catch (const k3::Error& e) {
+    std::fprintf(stderr, "k3-compute: %s\n", e.what());
+    return e.code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "k3-compute: %s\n", e.what());
+    return k3::kExitRuntime;
+  }
+}

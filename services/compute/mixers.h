@@ -1,0 +1,28 @@
+// The per-layer blocks of the forward pass, each over a chunk of T consecutive tokens
+// x[T][hidden] (already normalised) → out[T][hidden]. Every per-token result is the same
+// arithmetic whatever T is, so chunked prefill equals token-by-token decoding bit for bit.
+#pragma once
+#include <cstdint>
+
+#include "sources.h"
+#include "state.h"
+
+namespace k3::compute {
+
+// Kimi Delta Attention (K3-MODEL.md §3.5); advances the recurrent state and conv windows.
+void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const float* x,
+                int64_t T, float* out);
+
+// Gated MLA with NoPE in the absorbed form over the latent cache (§3.6); appends T rows.
+void MlaForward(const ModelConfig& cfg, const MlaWeights& w, MlaCache& cache, const float* x,
+                int64_t T, float* out);
+
+// SiTU-GLU MLP (dense layer 0 and the shared experts; §3.7).
+void FfnForward(const ModelConfig& cfg, const FfnWeights& w, const float* x, int64_t T,
+                float* out);
+
+// Stable LatentMoE (§3.8); topk_out[T][top_k] receives the selected experts (may be null).
+void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
+                const float* x, int64_t T, float* out, int32_t* topk_out);
+
+}  // namespace k3::compute

@@ -1,0 +1,33 @@
+// How the forward pass gets its weights. The standalone mode implements both interfaces by
+// mmap of the shards; the pipeline will implement them over the trunk reader's and expert
+// fetcher's shared memory. Experts may become ready in any order: the MoE asks NextReady()
+// and keeps results per (token, rank), so the sum order never depends on arrival order.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "weights.h"
+
+namespace k3::compute {
+
+class LayerSource {
+ public:
+  virtual ~LayerSource() = default;
+  // Blocks until layer `layer`'s trunk tensors are available; valid until Release(layer).
+  virtual const LayerWeights& Acquire(int64_t layer) = 0;
+  virtual void Release(int64_t layer) = 0;
+};
+
+class ExpertSource {
+ public:
+  virtual ~ExpertSource() = default;
+  // Announces the distinct experts the current chunk needs in layer `layer`.
+  virtual void Request(int64_t layer, const std::vector<int32_t>& experts) = 0;
+  // Returns one requested expert that is ready and not yet handed out (blocks if none is).
+  virtual int32_t NextReady(int64_t layer) = 0;
+  // The expert's MXFP4 views; valid until Release(layer, expert).
+  virtual ExpertWeights Acquire(int64_t layer, int32_t expert) = 0;
+  virtual void Release(int64_t layer, int32_t expert) = 0;
+};
+
+}  // namespace k3::compute

@@ -1,0 +1,178 @@
+#include "standalone.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../../common/error.h"
+#include "forward.h"
+#include "mmap_source.h"
+
+namespace k3::compute {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int32_t Argmax(const float* v, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (v[i] > v[best]) best = i;  // strict: ties keep the lowest id
+  return static_cast<int32_t>(best);
+}
+
+// Fails early (exit 4) when an output path's directory cannot take a file.
+void CheckWritable(const std::string& path, const char* flag) {
+  if (path.empty()) return;
+  std::filesystem::path p(path);
+  std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  std::error_code ec;
+  if (std::filesystem::is_directory(p, ec) || !std::filesystem::is_directory(dir, ec) ||
+      ::access(dir.c_str(), W_OK) != 0)
+    throw Error(kExitOutput, std::string(flag) + ": cannot write " + path);
+}
+
+void WriteFile(const std::string& path, const void* data, size_t bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  f.close();
+  if (!f) throw Error(kExitOutput, "cannot write " + path);
+}
+
+}  // namespace
+
+std::vector<int32_t> ParseIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i <= text.size()) {
+    const size_t j = std::min(text.find(',', i), text.size());
+    const std::string tok = text.substr(i, j - i);
+    if (tok.empty() || tok.size() > 10 || tok.find_first_not_of("0123456789") != std::string::npos)
+      throw UsageError("--ids: expected comma-separated non-negative integers, got '" + text + "'");
+    const long long v = std::stoll(tok);
+    if (v > INT32_MAX) throw UsageError("--ids: id " + tok + " out of range");
+    ids.push_back(static_cast<int32_t>(v));
+    i = j + 1;
+  }
+  return ids;
+}
+
+int RunStandalone(const StandaloneOptions& opt) {
+  if (opt.ids.empty()) throw UsageError("--ids: at least one id is required");
+  if (opt.gen < 0) throw UsageError("--gen must be >= 0");
+  if (opt.prefill_chunk < 1) throw UsageError("--prefill-chunk must be >= 1");
+  if (opt.threads < 0) throw UsageError("--threads must be >= 1");
+  if (opt.mla_norm_eps && !(*opt.mla_norm_eps > 0)) throw UsageError("--mla-norm-eps must be > 0");
+  CheckWritable(opt.out, "--out");
+  CheckWritable(opt.dump_logits, "--dump-logits");
+
+  ModelConfig cfg = LoadModelConfig(opt.model_dir + "/config.json");
+  if (opt.mla_norm_eps) cfg.mla_norm_eps = *opt.mla_norm_eps;
+  for (int32_t id : opt.ids)
+    if (id < 0 || id >= cfg.vocab_size)
+      throw UsageError("--ids: id " + std::to_string(id) + " outside [0," +
+                       std::to_string(cfg.vocab_size) + ")");
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_num_procs();
+  omp_set_num_threads(threads);
+
+  std::fprintf(stderr, "[compute] loading %lld layers…", static_cast<long long>(cfg.num_layers));
+  std::fflush(stderr);
+  MappedCheckpoint ck(opt.model_dir);
+  const GlobalWeights globals = BindGlobals(cfg, ck.Resolver());
+  MmapLayerSource layers(cfg, ck, [](int64_t) {
+    std::fputc('.', stderr);
+    std::fflush(stderr);
+  });
+  MmapExpertSource experts(cfg, ck);
+  std::fprintf(stderr, " done\n");
+  std::unique_ptr<Tracer> tracer;
+  if (!opt.dump_trace.empty()) tracer = std::make_unique<Tracer>(opt.dump_trace);
+
+  const int64_t V = cfg.vocab_size;
+  Forward fwd(cfg, globals, layers, experts);
+  std::vector<float> logits(static_cast<size_t>(V));
+  const bool all_pos = opt.tf_check || tracer;
+  std::vector<float> chunk_logits;
+  std::vector<int32_t> tf_pred;
+
+  // Feeds `ids` in chunks from the current state; leaves the last position's logits.
+  auto prefill = [&](const std::vector<int32_t>& ids, bool first_pass) {
+    const int64_t n = static_cast<int64_t>(ids.size());
+    for (int64_t s = 0; s < n; s += opt.prefill_chunk) {
+      const int64_t T = std::min(opt.prefill_chunk, n - s);
+      if (first_pass && all_pos) {
+        chunk_logits.resize(static_cast<size_t>(T * V));
+        fwd.Run(ids.data() + s, T, true, chunk_logits.data(), tracer.get());
+        for (int64_t t = 0; t < T; ++t) tf_pred.push_back(Argmax(chunk_logits.data() + t * V, V));
+        std::copy(chunk_logits.end() - V, chunk_logits.end(), logits.begin());
+      } else {
+        fwd.Run(ids.data() + s, T, false, logits.data(), nullptr);
+      }
+      if (first_pass) {
+        std::fprintf(stderr, "\r[compute] prefill %lld/%lld tokens",
+                     static_cast<long long>(s + T), static_cast<long long>(n));
+        std::fflush(stderr);
+      }
+    }
+    if (first_pass) std::fputc('\n', stderr);
+  };
+
+  const auto t0 = Clock::now();
+  prefill(opt.ids, true);
+  const double prefill_s = Since(t0);
+  if (!opt.dump_logits.empty())
+    WriteFile(opt.dump_logits, logits.data(), static_cast<size_t>(V) * sizeof(float));
+  if (tracer) {
+    nlohmann::json meta = {{"T", opt.ids.size()}, {"hidden", cfg.hidden_size},
+                           {"layers", cfg.num_layers}, {"vocab", V}, {"top_k", cfg.top_k}};
+    tracer->WriteText("meta.json", meta.dump() + "\n");
+  }
+
+  std::vector<int32_t> full = opt.ids, generated;
+  const auto t1 = Clock::now();
+  for (int64_t i = 0; i < opt.gen; ++i) {
+    const int32_t next = Argmax(logits.data(), V);
+    generated.push_back(next);
+    full.push_back(next);
+    std::printf("%d\n", next);
+    std::fflush(stdout);
+    if (i + 1 == opt.gen) break;
+    if (opt.full_recompute) {
+      fwd.Reset();
+      prefill(full, false);
+    } else {
+      fwd.Run(&next, 1, false, logits.data(), nullptr);
+    }
+  }
+  const double decode_s = opt.gen > 1 ? Since(t1) : 0.0;
+  const double spt = opt.gen > 1 ? decode_s / static_cast<double>(opt.gen - 1) : prefill_s;
+  std::fprintf(stderr, "[compute] %zu tokens generated, %.4f s/token, prefill %.2f tok/s\n",
+               generated.size(), spt,
+               static_cast<double>(opt.ids.size()) / (prefill_s > 0 ? prefill_s : 1e-9));
+
+  if (!opt.out.empty()) {
+    nlohmann::json r = {{"prompt_ids", opt.ids},
+                        {"generated_ids", generated},
+                        {"full_ids", full},
+                        {"seconds_per_token", spt},
+                        {"prefill_seconds", prefill_s},
+                        {"decode_seconds", decode_s},
+                        {"threads", threads},
+                        {"isa", kern::ActiveIsa()},
+                        {"layers", cfg.num_layers}};
+    if (opt.tf_check) r["tf_pred"] = tf_pred;
+    const std::string text = r.dump(1) + "\n";
+    WriteFile(opt.out, text.data(), text.size());
+  }
+  return kExitOk;
+}
+
+}  // namespace k3::compute

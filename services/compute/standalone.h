@@ -1,0 +1,30 @@
+// Standalone mode of k3-compute: loads a checkpoint directory by mmap, runs the prompt in
+// chunks and greedy decoding, and writes the report / logits / trace files of
+// docs/test-contracts.md. Errors are k3::Error with the contract's exit codes.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace k3::compute {
+
+struct StandaloneOptions {
+  std::string model_dir;
+  std::vector<int32_t> ids;
+  int64_t gen = 8;
+  bool full_recompute = false;
+  int64_t prefill_chunk = 64;
+  int threads = 0;  // 0 = all cores
+  std::string dump_logits, dump_trace, out;
+  bool tf_check = false;
+  std::optional<double> mla_norm_eps;
+};
+
+// Parses "1,2,3" (throws UsageError on anything else).
+std::vector<int32_t> ParseIds(const std::string& text);
+
+// Runs and returns the process exit code (0); throws k3::Error on failure.
+int RunStandalone(const StandaloneOptions& opt);
+
+}  // namespace k3::compute
