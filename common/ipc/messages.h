@@ -1,0 +1,150 @@
+// Plain C++ mirrors of the FlatBuffers messages in proto/*.fbs (field meanings are documented
+// there). Services build and read these; only protocol.cpp touches FlatBuffers.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace k3::ipc {
+
+namespace control {
+struct Stat {
+  std::string name;
+  double value = 0;
+  bool operator==(const Stat&) const = default;
+};
+struct Hello {
+  std::string service;
+  int64_t pid = 0;
+  bool operator==(const Hello&) const = default;
+};
+struct Ready {
+  std::string service;
+  std::vector<Stat> stats;
+  bool operator==(const Ready&) const = default;
+};
+struct Shutdown {
+  std::string reason;
+  bool operator==(const Shutdown&) const = default;
+};
+struct Dead {
+  std::string service;
+  int32_t exit_code = 0;
+  std::string reason;
+  bool operator==(const Dead&) const = default;
+};
+struct Stats {
+  std::string service;
+  std::vector<Stat> stats;
+  bool operator==(const Stats&) const = default;
+};
+using Message = std::variant<Hello, Ready, Shutdown, Dead, Stats>;
+}  // namespace control
+
+namespace weights {
+enum class Error : uint8_t { kNone = 0, kReadFailed = 1, kOutOfRange = 2, kStaleGeneration = 3, kShuttingDown = 4 };
+struct LayerReady {
+  int32_t layer = 0;
+  int32_t slot = 0;
+  uint64_t generation = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool operator==(const LayerReady&) const = default;
+};
+struct LayerDone {
+  int32_t layer = 0;
+  int32_t slot = 0;
+  uint64_t generation = 0;
+  bool operator==(const LayerDone&) const = default;
+};
+struct LayerFailed {
+  int32_t layer = 0;
+  Error error = Error::kNone;
+  std::string detail;
+  bool operator==(const LayerFailed&) const = default;
+};
+using Message = std::variant<LayerReady, LayerDone, LayerFailed>;
+}  // namespace weights
+
+namespace experts {
+enum class Priority : uint8_t { kDemand = 0, kPrefetch = 1 };
+enum class Error : uint8_t {
+  kNone = 0, kReadFailed = 1, kOutOfRange = 2, kStaleGeneration = 3, kBadChecksum = 4, kNoSlot = 5
+};
+struct ExpertRequest {
+  uint64_t request_id = 0;
+  int32_t layer = 0;
+  std::vector<int32_t> experts;
+  Priority priority = Priority::kDemand;
+  bool operator==(const ExpertRequest&) const = default;
+};
+struct ExpertReady {
+  uint64_t request_id = 0;
+  int32_t layer = 0;
+  int32_t expert = 0;
+  int32_t slot = 0;
+  uint64_t generation = 0;
+  bool operator==(const ExpertReady&) const = default;
+};
+struct ExpertRelease {
+  int32_t layer = 0;
+  int32_t expert = 0;
+  int32_t slot = 0;
+  uint64_t generation = 0;
+  bool operator==(const ExpertRelease&) const = default;
+};
+struct ExpertFailed {
+  uint64_t request_id = 0;
+  int32_t layer = 0;
+  int32_t expert = 0;
+  Error error = Error::kNone;
+  std::string detail;
+  bool operator==(const ExpertFailed&) const = default;
+};
+// Header of a remote expert transfer; the raw bytes follow in the next ZeroMQ frame.
+struct ExpertBytes {
+  uint64_t request_id = 0;
+  int32_t layer = 0;
+  int32_t expert = 0;
+  uint64_t length = 0;
+  uint64_t xxh3 = 0;
+  bool operator==(const ExpertBytes&) const = default;
+};
+using Message = std::variant<ExpertRequest, ExpertReady, ExpertRelease, ExpertFailed, ExpertBytes>;
+}  // namespace experts
+
+namespace compute {
+struct Generate {
+  uint64_t request_id = 0;
+  std::vector<int32_t> ids;
+  int32_t gen = 0;
+  bool full_recompute = false;
+  int32_t prefill_chunk = 0;
+  std::vector<int32_t> stop_ids;
+  bool operator==(const Generate&) const = default;
+};
+struct Token {
+  uint64_t request_id = 0;
+  int32_t id = 0;
+  int32_t index = 0;
+  bool operator==(const Token&) const = default;
+};
+struct RunStats {
+  int32_t prompt_tokens = 0;
+  int32_t generated_tokens = 0;
+  double prefill_seconds = 0;
+  double seconds_per_token = 0;
+  uint64_t expert_hits = 0;
+  uint64_t expert_misses = 0;
+  bool operator==(const RunStats&) const = default;
+};
+struct Done {
+  uint64_t request_id = 0;
+  RunStats stats;
+  bool operator==(const Done&) const = default;
+};
+using Message = std::variant<Generate, Token, Done>;
+}  // namespace compute
+
+}  // namespace k3::ipc

@@ -1,0 +1,361 @@
+#include "common/ipc/protocol.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+#include <memory>
+
+#include "k3proto/compute_generated.h"
+#include "k3proto/control_generated.h"
+#include "k3proto/experts_generated.h"
+#include "k3proto/weights_generated.h"
+
+namespace k3::ipc {
+namespace {
+
+namespace fbc = k3::proto::control;
+namespace fbw = k3::proto::weights;
+namespace fbe = k3::proto::experts;
+namespace fbp = k3::proto::compute;
+using flatbuffers::FlatBufferBuilder;
+
+// The C++ enums mirror the schema enums value for value; the casts below rely on it.
+static_assert(static_cast<int>(fbw::Error::ShuttingDown) == static_cast<int>(weights::Error::kShuttingDown));
+static_assert(static_cast<int>(fbe::Error::NoSlot) == static_cast<int>(experts::Error::kNoSlot));
+static_assert(static_cast<int>(fbe::Priority::Prefetch) == static_cast<int>(experts::Priority::kPrefetch));
+
+template <class UnionType>
+Encoded Finish(FlatBufferBuilder& fbb, Protocol p, UnionType t) {
+  Encoded e;
+  e.kind = Kind{p, static_cast<uint8_t>(t)};
+  e.payload.assign(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  return e;
+}
+
+std::string Str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+template <class T>
+std::vector<T> Vec(const flatbuffers::Vector<T>* v) {
+  return v ? std::vector<T>(v->begin(), v->end()) : std::vector<T>();
+}
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fbc::Stat>>> StatVec(
+    FlatBufferBuilder& fbb, const std::vector<control::Stat>& stats) {
+  std::vector<flatbuffers::Offset<fbc::Stat>> offs;
+  offs.reserve(stats.size());
+  for (const auto& s : stats) offs.push_back(fbc::CreateStatDirect(fbb, s.name.c_str(), s.value));
+  return fbb.CreateVector(offs);
+}
+
+std::vector<control::Stat> StatsFrom(const flatbuffers::Vector<flatbuffers::Offset<fbc::Stat>>* v) {
+  std::vector<control::Stat> out;
+  if (!v) return out;
+  for (const auto* s : *v) out.push_back({Str(s->name()), s->value()});
+  return out;
+}
+
+// Checks shared by every protocol, then hands an aligned, verified root to `unpack`.
+// Messages from ZeroMQ are not guaranteed 8-byte aligned (small ones live inside the
+// zmq_msg_t), and the verifier insists on alignment, so misaligned payloads are copied.
+template <class Root, class Msg, class VerifyFn, class UnpackFn>
+Result<Msg> DecodeWith(Protocol p, size_t max_bytes, std::span<const uint8_t> kind,
+                       std::span<const uint8_t> payload, VerifyFn verify, UnpackFn unpack) {
+  if (kind.size() != 2) return Result<Msg>::Fail("kind frame has " + std::to_string(kind.size()) + " bytes, want 2");
+  if (kind[0] != static_cast<uint8_t>(p))
+    return Result<Msg>::Fail("kind frame names protocol " + std::to_string(kind[0]) + ", want " +
+                             std::to_string(static_cast<int>(p)));
+  if (payload.size() > max_bytes)
+    return Result<Msg>::Fail("payload of " + std::to_string(payload.size()) + " bytes exceeds limit " +
+                             std::to_string(max_bytes));
+  if (payload.size() < 8) return Result<Msg>::Fail("payload of " + std::to_string(payload.size()) + " bytes is truncated");
+  std::unique_ptr<uint64_t[]> copy;
+  const uint8_t* data = payload.data();
+  if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
+    copy.reset(new uint64_t[(payload.size() + 7) / 8]);
+    std::memcpy(copy.get(), payload.data(), payload.size());
+    data = reinterpret_cast<const uint8_t*>(copy.get());
+  }
+  flatbuffers::Verifier verifier(data, payload.size(), /*max_depth=*/16, /*max_tables=*/4096);
+  if (!verify(verifier)) return Result<Msg>::Fail("payload failed FlatBuffers verification");
+  const Root* root = flatbuffers::GetSizePrefixedRoot<Root>(data);
+  const uint8_t union_type = static_cast<uint8_t>(root->message_type());
+  if (union_type == 0 || root->message() == nullptr) return Result<Msg>::Fail("envelope holds no message");
+  if (union_type != kind[1])
+    return Result<Msg>::Fail("kind frame says " + KindName(Kind{p, kind[1]}) + " but payload holds " +
+                             KindName(Kind{p, union_type}));
+  return unpack(root);
+}
+
+}  // namespace
+
+std::string KindName(Kind k) {
+  const auto t = k.type;
+  switch (k.protocol) {
+    case Protocol::kControl:
+      if (t >= 1 && t <= static_cast<uint8_t>(fbc::Message::MAX))
+        return std::string("control.") + fbc::EnumNameMessage(static_cast<fbc::Message>(t));
+      break;
+    case Protocol::kWeights:
+      if (t >= 1 && t <= static_cast<uint8_t>(fbw::Message::MAX))
+        return std::string("weights.") + fbw::EnumNameMessage(static_cast<fbw::Message>(t));
+      break;
+    case Protocol::kExperts:
+      if (t >= 1 && t <= static_cast<uint8_t>(fbe::Message::MAX))
+        return std::string("experts.") + fbe::EnumNameMessage(static_cast<fbe::Message>(t));
+      break;
+    case Protocol::kCompute:
+      if (t >= 1 && t <= static_cast<uint8_t>(fbp::Message::MAX))
+        return std::string("compute.") + fbp::EnumNameMessage(static_cast<fbp::Message>(t));
+      break;
+  }
+  return "<bad kind " + std::to_string(static_cast<int>(k.protocol)) + "." + std::to_string(t) + ">";
+}
+
+// ============================== control ==============================
+
+Encoded Encode(const control::Hello& m) {
+  FlatBufferBuilder fbb(128);
+  auto msg = fbc::CreateHelloDirect(fbb, m.service.c_str(), m.pid);
+  fbc::FinishSizePrefixedEnvelopeBuffer(fbb, fbc::CreateEnvelope(fbb, fbc::Message::Hello, msg.Union()));
+  return Finish(fbb, Protocol::kControl, fbc::Message::Hello);
+}
+Encoded Encode(const control::Ready& m) {
+  FlatBufferBuilder fbb(256);
+  auto stats = StatVec(fbb, m.stats);
+  auto msg = fbc::CreateReady(fbb, fbb.CreateString(m.service), stats);
+  fbc::FinishSizePrefixedEnvelopeBuffer(fbb, fbc::CreateEnvelope(fbb, fbc::Message::Ready, msg.Union()));
+  return Finish(fbb, Protocol::kControl, fbc::Message::Ready);
+}
+Encoded Encode(const control::Shutdown& m) {
+  FlatBufferBuilder fbb(128);
+  auto msg = fbc::CreateShutdownDirect(fbb, m.reason.c_str());
+  fbc::FinishSizePrefixedEnvelopeBuffer(fbb, fbc::CreateEnvelope(fbb, fbc::Message::Shutdown, msg.Union()));
+  return Finish(fbb, Protocol::kControl, fbc::Message::Shutdown);
+}
+Encoded Encode(const control::Dead& m) {
+  FlatBufferBuilder fbb(128);
+  auto msg = fbc::CreateDeadDirect(fbb, m.service.c_str(), m.exit_code, m.reason.c_str());
+  fbc::FinishSizePrefixedEnvelopeBuffer(fbb, fbc::CreateEnvelope(fbb, fbc::Message::Dead, msg.Union()));
+  return Finish(fbb, Protocol::kControl, fbc::Message::Dead);
+}
+Encoded Encode(const control::Stats& m) {
+  FlatBufferBuilder fbb(256);
+  auto stats = StatVec(fbb, m.stats);
+  auto msg = fbc::CreateStats(fbb, fbb.CreateString(m.service), stats);
+  fbc::FinishSizePrefixedEnvelopeBuffer(fbb, fbc::CreateEnvelope(fbb, fbc::Message::Stats, msg.Union()));
+  return Finish(fbb, Protocol::kControl, fbc::Message::Stats);
+}
+
+Result<control::Message> DecodeControl(std::span<const uint8_t> kind, std::span<const uint8_t> payload) {
+  using R = Result<control::Message>;
+  return DecodeWith<fbc::Envelope, control::Message>(
+      Protocol::kControl, kMaxSmallPayload, kind, payload,
+      [](flatbuffers::Verifier& v) { return fbc::VerifySizePrefixedEnvelopeBuffer(v); },
+      [](const fbc::Envelope* e) -> R {
+        switch (e->message_type()) {
+          case fbc::Message::Hello: {
+            const auto* m = e->message_as_Hello();
+            return R::Ok(control::Hello{Str(m->service()), m->pid()});
+          }
+          case fbc::Message::Ready: {
+            const auto* m = e->message_as_Ready();
+            return R::Ok(control::Ready{Str(m->service()), StatsFrom(m->stats())});
+          }
+          case fbc::Message::Shutdown:
+            return R::Ok(control::Shutdown{Str(e->message_as_Shutdown()->reason())});
+          case fbc::Message::Dead: {
+            const auto* m = e->message_as_Dead();
+            return R::Ok(control::Dead{Str(m->service()), m->exit_code(), Str(m->reason())});
+          }
+          case fbc::Message::Stats: {
+            const auto* m = e->message_as_Stats();
+            return R::Ok(control::Stats{Str(m->service()), StatsFrom(m->stats())});
+          }
+          default:
+            return R::Fail("unknown control message type");
+        }
+      });
+}
+
+// ============================== weights ==============================
+
+Encoded Encode(const weights::LayerReady& m) {
+  FlatBufferBuilder fbb(96);
+  auto msg = fbw::CreateLayerReady(fbb, m.layer, m.slot, m.generation, m.offset, m.length);
+  fbw::FinishSizePrefixedEnvelopeBuffer(fbb, fbw::CreateEnvelope(fbb, fbw::Message::LayerReady, msg.Union()));
+  return Finish(fbb, Protocol::kWeights, fbw::Message::LayerReady);
+}
+Encoded Encode(const weights::LayerDone& m) {
+  FlatBufferBuilder fbb(64);
+  auto msg = fbw::CreateLayerDone(fbb, m.layer, m.slot, m.generation);
+  fbw::FinishSizePrefixedEnvelopeBuffer(fbb, fbw::CreateEnvelope(fbb, fbw::Message::LayerDone, msg.Union()));
+  return Finish(fbb, Protocol::kWeights, fbw::Message::LayerDone);
+}
+Encoded Encode(const weights::LayerFailed& m) {
+  FlatBufferBuilder fbb(128);
+  auto msg = fbw::CreateLayerFailedDirect(fbb, m.layer, static_cast<fbw::Error>(m.error), m.detail.c_str());
+  fbw::FinishSizePrefixedEnvelopeBuffer(fbb, fbw::CreateEnvelope(fbb, fbw::Message::LayerFailed, msg.Union()));
+  return Finish(fbb, Protocol::kWeights, fbw::Message::LayerFailed);
+}
+
+Result<weights::Message> DecodeWeights(std::span<const uint8_t> kind, std::span<const uint8_t> payload) {
+  using R = Result<weights::Message>;
+  return DecodeWith<fbw::Envelope, weights::Message>(
+      Protocol::kWeights, kMaxSmallPayload, kind, payload,
+      [](flatbuffers::Verifier& v) { return fbw::VerifySizePrefixedEnvelopeBuffer(v); },
+      [](const fbw::Envelope* e) -> R {
+        switch (e->message_type()) {
+          case fbw::Message::LayerReady: {
+            const auto* m = e->message_as_LayerReady();
+            return R::Ok(weights::LayerReady{m->layer(), m->slot(), m->generation(), m->offset(), m->length()});
+          }
+          case fbw::Message::LayerDone: {
+            const auto* m = e->message_as_LayerDone();
+            return R::Ok(weights::LayerDone{m->layer(), m->slot(), m->generation()});
+          }
+          case fbw::Message::LayerFailed: {
+            const auto* m = e->message_as_LayerFailed();
+            if (m->error() > fbw::Error::MAX) return R::Fail("LayerFailed.error out of range");
+            return R::Ok(weights::LayerFailed{m->layer(), static_cast<weights::Error>(m->error()), Str(m->detail())});
+          }
+          default:
+            return R::Fail("unknown weights message type");
+        }
+      });
+}
+
+// ============================== experts ==============================
+
+Encoded Encode(const experts::ExpertRequest& m) {
+  FlatBufferBuilder fbb(128 + 4 * m.experts.size());
+  auto msg = fbe::CreateExpertRequestDirect(fbb, m.request_id, m.layer, &m.experts,
+                                            static_cast<fbe::Priority>(m.priority));
+  fbe::FinishSizePrefixedEnvelopeBuffer(fbb, fbe::CreateEnvelope(fbb, fbe::Message::ExpertRequest, msg.Union()));
+  return Finish(fbb, Protocol::kExperts, fbe::Message::ExpertRequest);
+}
+Encoded Encode(const experts::ExpertReady& m) {
+  FlatBufferBuilder fbb(96);
+  auto msg = fbe::CreateExpertReady(fbb, m.request_id, m.layer, m.expert, m.slot, m.generation);
+  fbe::FinishSizePrefixedEnvelopeBuffer(fbb, fbe::CreateEnvelope(fbb, fbe::Message::ExpertReady, msg.Union()));
+  return Finish(fbb, Protocol::kExperts, fbe::Message::ExpertReady);
+}
+Encoded Encode(const experts::ExpertRelease& m) {
+  FlatBufferBuilder fbb(96);
+  auto msg = fbe::CreateExpertRelease(fbb, m.layer, m.expert, m.slot, m.generation);
+  fbe::FinishSizePrefixedEnvelopeBuffer(fbb, fbe::CreateEnvelope(fbb, fbe::Message::ExpertRelease, msg.Union()));
+  return Finish(fbb, Protocol::kExperts, fbe::Message::ExpertRelease);
+}
+Encoded Encode(const experts::ExpertFailed& m) {
+  FlatBufferBuilder fbb(128);
+  auto msg = fbe::CreateExpertFailedDirect(fbb, m.request_id, m.layer, m.expert,
+                                           static_cast<fbe::Error>(m.error), m.detail.c_str());
+  fbe::FinishSizePrefixedEnvelopeBuffer(fbb, fbe::CreateEnvelope(fbb, fbe::Message::ExpertFailed, msg.Union()));
+  return Finish(fbb, Protocol::kExperts, fbe::Message::ExpertFailed);
+}
+Encoded Encode(const experts::ExpertBytes& m) {
+  FlatBufferBuilder fbb(96);
+  auto msg = fbe::CreateExpertBytes(fbb, m.request_id, m.layer, m.expert, m.length, m.xxh3);
+  fbe::FinishSizePrefixedEnvelopeBuffer(fbb, fbe::CreateEnvelope(fbb, fbe::Message::ExpertBytes, msg.Union()));
+  return Finish(fbb, Protocol::kExperts, fbe::Message::ExpertBytes);
+}
+
+Result<experts::Message> DecodeExperts(std::span<const uint8_t> kind, std::span<const uint8_t> payload) {
+  using R = Result<experts::Message>;
+  return DecodeWith<fbe::Envelope, experts::Message>(
+      Protocol::kExperts, kMaxSmallPayload, kind, payload,
+      [](flatbuffers::Verifier& v) { return fbe::VerifySizePrefixedEnvelopeBuffer(v); },
+      [](const fbe::Envelope* e) -> R {
+        switch (e->message_type()) {
+          case fbe::Message::ExpertRequest: {
+            const auto* m = e->message_as_ExpertRequest();
+            if (m->priority() > fbe::Priority::MAX) return R::Fail("ExpertRequest.priority out of range");
+            return R::Ok(experts::ExpertRequest{m->request_id(), m->layer(), Vec(m->experts()),
+                                                static_cast<experts::Priority>(m->priority())});
+          }
+          case fbe::Message::ExpertReady: {
+            const auto* m = e->message_as_ExpertReady();
+            return R::Ok(experts::ExpertReady{m->request_id(), m->layer(), m->expert(), m->slot(), m->generation()});
+          }
+          case fbe::Message::ExpertRelease: {
+            const auto* m = e->message_as_ExpertRelease();
+            return R::Ok(experts::ExpertRelease{m->layer(), m->expert(), m->slot(), m->generation()});
+          }
+          case fbe::Message::ExpertFailed: {
+            const auto* m = e->message_as_ExpertFailed();
+            if (m->error() > fbe::Error::MAX) return R::Fail("ExpertFailed.error out of range");
+            return R::Ok(experts::ExpertFailed{m->request_id(), m->layer(), m->expert(),
+                                               static_cast<experts::Error>(m->error()), Str(m->detail())});
+          }
+          case fbe::Message::ExpertBytes: {
+            const auto* m = e->message_as_ExpertBytes();
+            return R::Ok(experts::ExpertBytes{m->request_id(), m->layer(), m->expert(), m->length(), m->xxh3()});
+          }
+          default:
+            return R::Fail("unknown experts message type");
+        }
+      });
+}
+
+uint64_t ExpertChecksum(std::span<const uint8_t> bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+bool ExpertBytesMatch(const experts::ExpertBytes& h, std::span<const uint8_t> bytes) {
+  return bytes.size() == h.length && ExpertChecksum(bytes) == h.xxh3;
+}
+
+// ============================== compute ==============================
+
+Encoded Encode(const compute::Generate& m) {
+  FlatBufferBuilder fbb(128 + 4 * (m.ids.size() + m.stop_ids.size()));
+  auto msg = fbp::CreateGenerateDirect(fbb, m.request_id, &m.ids, m.gen, m.full_recompute, m.prefill_chunk,
+                                       &m.stop_ids);
+  fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Generate, msg.Union()));
+  return Finish(fbb, Protocol::kCompute, fbp::Message::Generate);
+}
+Encoded Encode(const compute::Token& m) {
+  FlatBufferBuilder fbb(64);
+  auto msg = fbp::CreateToken(fbb, m.request_id, m.id, m.index);
+  fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Token, msg.Union()));
+  return Finish(fbb, Protocol::kCompute, fbp::Message::Token);
+}
+Encoded Encode(const compute::Done& m) {
+  FlatBufferBuilder fbb(128);
+  const auto& s = m.stats;
+  auto stats = fbp::CreateRunStats(fbb, s.prompt_tokens, s.generated_tokens, s.prefill_seconds,
+                                   s.seconds_per_token, s.expert_hits, s.expert_misses);
+  auto msg = fbp::CreateDone(fbb, m.request_id, stats);
+  fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Done, msg.Union()));
+  return Finish(fbb, Protocol::kCompute, fbp::Message::Done);
+}
+
+Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<const uint8_t> payload) {
+  using R = Result<compute::Message>;
+  return DecodeWith<fbp::Envelope, compute::Message>(
+      Protocol::kCompute, kMaxComputePayload, kind, payload,
+      [](flatbuffers::Verifier& v) { return fbp::VerifySizePrefixedEnvelopeBuffer(v); },
+      [](const fbp::Envelope* e) -> R {
+        switch (e->message_type()) {
+          case fbp::Message::Generate: {
+            const auto* m = e->message_as_Generate();
+            return R::Ok(compute::Generate{m->request_id(), Vec(m->ids()), m->gen(), m->full_recompute(),
+                                           m->prefill_chunk(), Vec(m->stop_ids())});
+          }
+          case fbp::Message::Token: {
+            const auto* m = e->message_as_Token();
+            return R::Ok(compute::Token{m->request_id(), m->id(), m->index()});
+          }
+          case fbp::Message::Done: {
+            const auto* m = e->message_as_Done();
+            compute::Done d{m->request_id(), {}};
+            if (const auto* s = m->stats()) {
+              d.stats = {s->prompt_tokens(), s->generated_tokens(), s->prefill_seconds(),
+                         s->seconds_per_token(), s->expert_hits(), s->expert_misses()};
+            }
+            return R::Ok(d);
+          }
+          default:
+            return R::Fail("unknown compute message type");
+        }
+      });
+}
+
+}  // namespace k3::ipc

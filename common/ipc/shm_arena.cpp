@@ -1,0 +1,160 @@
+#include "common/ipc/shm_arena.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+
+namespace k3::ipc {
+namespace {
+
+Error ShmError(const std::string& what, const std::string& name, int err) {
+  return RuntimeFailure("shm " + name + ": " + what + ": " + std::strerror(err));
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { if (fd_ >= 0) ::close(fd_); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+uint8_t* MapFd(int fd, size_t bytes, bool writable, bool populate, const std::string& name) {
+  if (bytes == 0) return nullptr;
+  int flags = MAP_SHARED | (populate ? MAP_POPULATE : 0);
+  void* p = ::mmap(nullptr, bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ, flags, fd, 0);
+  if (p == MAP_FAILED) throw ShmError("mmap " + std::to_string(bytes) + " bytes", name, errno);
+  return static_cast<uint8_t*>(p);
+}
+
+}  // namespace
+
+std::string ShmArena::Name(pid_t launcher_pid, std::string_view region) {
+  bool ok = !region.empty() && region.size() <= 64;
+  for (char c : region) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-');
+  if (!ok) throw UsageError("shm region name '" + std::string(region) + "' must match [a-z0-9_-]{1,64}");
+  return "/k3-" + std::to_string(launcher_pid) + "-" + std::string(region);
+}
+
+ShmArena ShmArena::Create(const std::string& name, size_t bytes, bool populate) {
+  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600));
+  if (fd.get() < 0) throw ShmError("create", name, errno);
+  ShmArena a;
+  a.name_ = name;
+  a.owns_name_ = true;  // from here the destructor unlinks, also if sizing fails below
+  a.writable_ = true;
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) throw ShmError("size to " + std::to_string(bytes), name, errno);
+  a.data_ = MapFd(fd.get(), bytes, true, populate, name);
+  a.size_ = bytes;
+  return a;
+}
+
+ShmArena ShmArena::Open(const std::string& name, bool writable, bool populate) {
+  Fd fd(::shm_open(name.c_str(), writable ? O_RDWR : O_RDONLY, 0));
+  if (fd.get() < 0) throw ShmError("open", name, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw ShmError("stat", name, errno);
+  ShmArena a;
+  a.name_ = name;
+  a.writable_ = writable;
+  a.data_ = MapFd(fd.get(), static_cast<size_t>(st.st_size), writable, populate, name);
+  a.size_ = static_cast<size_t>(st.st_size);
+  return a;
+}
+
+ShmArena::~ShmArena() { Reset(); }
+
+ShmArena::ShmArena(ShmArena&& o) noexcept
+    : name_(std::move(o.name_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
+      writable_(o.writable_), owns_name_(std::exchange(o.owns_name_, false)) {}
+
+ShmArena& ShmArena::operator=(ShmArena&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    name_ = std::move(o.name_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    writable_ = o.writable_;
+    owns_name_ = std::exchange(o.owns_name_, false);
+  }
+  return *this;
+}
+
+void ShmArena::Reset() {
+  if (data_) ::munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+  Unlink();
+}
+
+uint8_t* ShmArena::mutable_data() {
+  if (!writable_) throw RuntimeFailure("shm " + name_ + ": mapped read-only, cannot write");
+  return data_;
+}
+
+void ShmArena::Unlink() {
+  if (owns_name_) ::shm_unlink(name_.c_str());  // ENOENT (already cleaned up) is fine
+  owns_name_ = false;
+}
+
+namespace {
+
+// Calls fn(name_without_slash, pid) for every /dev/shm entry named "k3-<pid>-<region>".
+template <class Fn>
+void ForEachK3Name(Fn fn) {
+  DIR* d = ::opendir("/dev/shm");
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    std::string_view n(e->d_name);
+    if (n.substr(0, 3) != "k3-") continue;
+    size_t dash = n.find('-', 3);
+    if (dash == std::string_view::npos || dash == 3) continue;
+    long pid = 0;
+    bool digits = true;
+    for (char c : n.substr(3, dash - 3)) {
+      digits = digits && c >= '0' && c <= '9';
+      pid = pid * 10 + (c - '0');
+      if (pid > (1L << 31)) digits = false;
+    }
+    if (digits) fn(std::string(n), static_cast<pid_t>(pid));
+  }
+  ::closedir(d);
+}
+
+}  // namespace
+
+size_t CleanupShm(pid_t launcher_pid) {
+  std::vector<std::string> victims;
+  ForEachK3Name([&](const std::string& n, pid_t pid) {
+    if (pid == launcher_pid) victims.push_back(n);
+  });
+  size_t removed = 0;
+  for (const auto& n : victims) removed += ::shm_unlink(("/" + n).c_str()) == 0;
+  return removed;
+}
+
+size_t CleanupDeadLaunchers() {
+  std::vector<std::string> victims;
+  ForEachK3Name([&](const std::string& n, pid_t pid) {
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) victims.push_back(n);
+  });
+  size_t removed = 0;
+  for (const auto& n : victims) removed += ::shm_unlink(("/" + n).c_str()) == 0;
+  return removed;
+}
+
+}  // namespace k3::ipc

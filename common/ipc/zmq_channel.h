@@ -1,0 +1,87 @@
+// Thin helpers over cppzmq for k3 messages: [identity] + kind frame + payload [+ bulk frame].
+// Receiving always verifies (protocol.h); a malformed message is counted and skipped, and
+// the receiver keeps waiting for the next good one until its deadline.
+//
+// Thread-safety: like the zmq::socket_t they wrap, use each socket from one thread.
+#pragma once
+#include <zmq.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/ipc/protocol.h"
+
+namespace k3::ipc {
+
+using Clock = std::chrono::steady_clock;
+
+// Sends kind + payload (+ `bulk` as one more frame when non-empty). On a ROUTER socket pass
+// the peer's identity; it is sent first. Throws k3::Error(kExitRuntime) if ZeroMQ fails.
+void SendMessage(zmq::socket_t& s, const Encoded& m, std::span<const uint8_t> bulk = {},
+                 const std::string& identity = {});
+
+// Waits until `s` has a message or `deadline` passes. True when readable.
+bool PollIn(zmq::socket_t& s, Clock::time_point deadline);
+
+// One verified message, with the sender's identity (ROUTER sockets) and the bulk frame, if any.
+template <class Msg>
+struct Received {
+  std::string identity;
+  Msg message;
+  std::vector<uint8_t> bulk;
+};
+
+// Frames of one multipart message, before verification.
+struct RawMessage {
+  std::string identity;
+  std::vector<zmq::message_t> frames;
+};
+// Receives all parts of one message without blocking; nullopt if none is waiting.
+std::optional<RawMessage> RecvRaw(zmq::socket_t& s, bool router);
+
+// Counts what a receiver threw away, and why the last one was thrown away.
+struct RejectCounter {
+  uint64_t rejected = 0;
+  std::string last_reason;
+};
+
+// Receives the next message that decodes, until `deadline`. Malformed messages (wrong frame
+// count, bad kind, failed verification) bump `rejects` and are skipped. nullopt on timeout.
+// `decode` is DecodeControl / DecodeWeights / DecodeExperts / DecodeCompute.
+template <class Msg>
+std::optional<Received<Msg>> ReceiveVerified(zmq::socket_t& s, bool router,
+                                             Result<Msg> (*decode)(std::span<const uint8_t>, std::span<const uint8_t>),
+                                             Clock::time_point deadline, RejectCounter& rejects) {
+  for (;;) {
+    std::optional<RawMessage> raw = RecvRaw(s, router);
+    if (!raw) {
+      if (!PollIn(s, deadline)) return std::nullopt;
+      continue;
+    }
+    auto& f = raw->frames;
+    if (f.size() < 2 || f.size() > 3) {
+      ++rejects.rejected;
+      rejects.last_reason = "message has " + std::to_string(f.size()) + " frames, want 2 or 3";
+      continue;
+    }
+    Result<Msg> r = decode({static_cast<const uint8_t*>(f[0].data()), f[0].size()},
+                           {static_cast<const uint8_t*>(f[1].data()), f[1].size()});
+    if (!r.ok()) {
+      ++rejects.rejected;
+      rejects.last_reason = r.error();
+      continue;
+    }
+    Received<Msg> out{std::move(raw->identity), std::move(r).value(), {}};
+    if (f.size() == 3) {
+      const auto* b = static_cast<const uint8_t*>(f[2].data());
+      out.bulk.assign(b, b + f[2].size());
+    }
+    return out;
+  }
+}
+
+}  // namespace k3::ipc
