@@ -1,0 +1,190 @@
+// MXFP4 products and decoding: every byte value, every scale byte, nibble order, odd shapes,
+// scalar and AVX2 against an independent double-precision decoder.
+#include <tuple>
+
+#include "kernel_test_util.h"
+
+namespace k3::kern::test {
+namespace {
+
+struct Mxfp4Case {
+  std::vector<uint8_t> packed, scales;
+  std::vector<std::vector<double>> rows_d;
+  Mxfp4Mat mat;
+};
+
+Mxfp4Case MakeMxfp4(std::vector<uint8_t> packed, std::vector<uint8_t> scales, int64_t rows,
+                    int64_t cols, int64_t group = 32) {
+  Mxfp4Case c;
+  c.packed = std::move(packed);
+  c.scales = std::move(scales);
+  c.mat = Mxfp4Mat{c.packed.data(), c.scales.data(), rows, cols, group};
+  c.rows_d.assign(rows, std::vector<double>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < cols; ++k) {
+      c.rows_d[r][k] = RefMxfp4Element(&c.packed[r * cols / 2], &c.scales[r * (cols / group)], k, group);
+    }
+  }
+  return c;
+}
+
+// Realistic scales (the released w1 uses 120..122) with some spread.
+Mxfp4Case RandomMxfp4(int64_t rows, int64_t cols, uint32_t seed, int64_t group = 32) {
+  return MakeMxfp4(RandomBytes(rows * cols / 2, seed), RandomBytes(rows * (cols / group), seed + 1, 110, 135),
+                   rows, cols, group);
+}
+
+void RunBoth(const Mxfp4Case& c, const std::vector<float>& X, int64_t T, double rel) {
+  std::vector<float> y(T * c.mat.rows, -7.0f);
+  MatmulMxfp4Scalar(c.mat, X.data(), T, y.data());
+  ExpectNearRef(c.rows_d, X.data(), T, y.data(), rel, "mxfp4 scalar");
+  if (CpuHasAvx2Fma()) {
+    std::fill(y.begin(), y.end(), -7.0f);
+    MatmulMxfp4Avx2(c.mat, X.data(), T, y.data());
+    ExpectNearRef(c.rows_d, X.data(), T, y.data(), rel, "mxfp4 avx2");
+  }
+}
+
+using Shape = std::tuple<int64_t, int64_t, int64_t>;  // rows, cols, T
+class Mxfp4Shapes : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(Mxfp4Shapes, ScalarAndAvx2MatchDoubleReference) {
+  const auto [rows, cols, T] = GetParam();
+  const Mxfp4Case c = RandomMxfp4(rows, cols, static_cast<uint32_t>(rows * 31 + cols));
+  RunBoth(c, RandomFloats(static_cast<size_t>(T * cols), 7), T, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(OddSizes, Mxfp4Shapes,
+                         ::testing::Combine(::testing::Values(1, 5, 17, 33),
+                                            ::testing::Values(32, 64, 96, 352),
+                                            ::testing::Values(1, 2, 3, 4, 7)));
+
+TEST(Mxfp4, WiderGroupsMatchReference) {
+  // Group 64 uses the AVX2 body's multi-block groups; group 16 falls back to the scalar body.
+  RunBoth(RandomMxfp4(9, 256, 41, 64), RandomFloats(3 * 256, 42), 3, 1e-5);
+  RunBoth(RandomMxfp4(9, 96, 43, 16), RandomFloats(2 * 96, 44), 2, 1e-5);
+}
+
+TEST(Mxfp4, EveryByteValueDecodesAndMultiplies) {
+  // One row per scale in {120, 127}: bytes 0..255 in order, so each byte appears once.
+  const int64_t cols = 512;
+  std::vector<uint8_t> packed(2 * 256), scales(2 * 16);
+  for (int r = 0; r < 2; ++r) {
+    for (int b = 0; b < 256; ++b) packed[r * 256 + b] = static_cast<uint8_t>(b);
+    for (int g = 0; g < 16; ++g) scales[r * 16 + g] = r == 0 ? 120 : 127;
+  }
+  const Mxfp4Case c = MakeMxfp4(packed, scales, 2, cols);
+  std::vector<float> row(cols);
+  for (int r = 0; r < 2; ++r) {
+    Mxfp4RowToFloat(c.mat, r, row.data());
+    for (int64_t k = 0; k < cols; ++k) {
+      ASSERT_EQ(static_cast<double>(row[k]), c.rows_d[r][k]) << "row " << r << " col " << k;
+      ASSERT_EQ(std::signbit(row[k]), std::signbit(c.rows_d[r][k])) << "row " << r << " col " << k;
+    }
+  }
+  RunBoth(c, RandomFloats(3 * cols, 11), 3, 1e-5);
+}
+
+TEST(Mxfp4, HandWrittenValues) {
+  // Spec table, written out by hand.
+  const float want[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(E2M1Value(static_cast<uint8_t>(i)), want[i]) << i;
+    EXPECT_EQ(std::signbit(E2M1Value(static_cast<uint8_t>(i))), i >= 8) << i;
+  }
+  EXPECT_EQ(E8M0Scale(127), 1.0f);
+  EXPECT_EQ(E8M0Scale(128), 2.0f);
+  EXPECT_EQ(E8M0Scale(120), 1.0f / 128.0f);
+  EXPECT_EQ(static_cast<double>(E8M0Scale(0)), std::ldexp(1.0, -127));  // subnormal, not 0
+  EXPECT_GT(E8M0Scale(0), 0.0f);
+  EXPECT_EQ(static_cast<double>(E8M0Scale(254)), std::ldexp(1.0, 127));
+  EXPECT_TRUE(std::isnan(E8M0Scale(255)));
+}
+
+TEST(Mxfp4, NibbleOrderLowIsEven) {
+  // Byte 0x71: element 0 is code 1 (0.5), element 1 is code 7 (6).
+  std::vector<uint8_t> packed(16, 0);
+  packed[0] = 0x71;
+  const uint8_t scale[1] = {128};  // 2.0
+  const Mxfp4Mat w{packed.data(), scale, 1, 32, 32};
+  std::vector<float> x0(32, 0.0f), x1(32, 0.0f);
+  x0[0] = 1.0f;
+  x1[1] = 1.0f;
+  float y = 0;
+  MatmulMxfp4Scalar(w, x0.data(), 1, &y);
+  EXPECT_EQ(y, 1.0f);
+  MatmulMxfp4Scalar(w, x1.data(), 1, &y);
+  EXPECT_EQ(y, 12.0f);
+  if (CpuHasAvx2Fma()) {
+    MatmulMxfp4Avx2(w, x0.data(), 1, &y);
+    EXPECT_EQ(y, 1.0f);
+    MatmulMxfp4Avx2(w, x1.data(), 1, &y);
+    EXPECT_EQ(y, 12.0f);
+  }
+}
+
+TEST(Mxfp4, EveryScaleByteExact) {
+  // One element 1.0 (code 2) in the group and x = 1: the output is exactly 2^(s-127), also
+  // for s = 0 (subnormal) and s = 254.
+  for (int s = 0; s < 255; ++s) {
+    std::vector<uint8_t> packed(32, 0);
+    packed[5] = 0x20;  // element 11 = code 2
+    const uint8_t scales[2] = {static_cast<uint8_t>(s), 127};
+    const Mxfp4Mat w{packed.data(), scales, 1, 64, 32};
+    const std::vector<float> x(64, 1.0f);
+    const double want = std::ldexp(1.0, s - 127);
+    float y = 0;
+    MatmulMxfp4Scalar(w, x.data(), 1, &y);
+    EXPECT_EQ(static_cast<double>(y), want) << "scalar, scale byte " << s;
+    if (CpuHasAvx2Fma()) {
+      MatmulMxfp4Avx2(w, x.data(), 1, &y);
+      EXPECT_EQ(static_cast<double>(y), want) << "avx2, scale byte " << s;
+    }
+  }
+}
+
+TEST(Mxfp4, EveryScaleByteRandomContent) {
+  // Random codes under each scale; x is shrunk for large scales so nothing overflows.
+  for (int s = 0; s < 255; ++s) {
+    const int64_t cols = 96;
+    auto packed = RandomBytes(cols / 2, 1000 + s);
+    std::vector<uint8_t> scales(3, static_cast<uint8_t>(s));
+    const Mxfp4Case c = MakeMxfp4(packed, scales, 1, cols);
+    const float shrink = s > 200 ? std::ldexp(1.0f, -20) : 1.0f;
+    auto x = RandomFloats(2 * cols, 2000 + s, -shrink, shrink);
+    SCOPED_TRACE("scale byte " + std::to_string(s));
+    RunBoth(c, x, 2, 1e-5);
+  }
+}
+
+TEST(Mxfp4, Scale255IsNaNForItsRowOnly) {
+  const int64_t rows = 3, cols = 64;
+  auto packed = RandomBytes(rows * cols / 2, 5);
+  std::vector<uint8_t> scales = {120, 121, 122, 255, 127, 126};  // row 1, group 1 is NaN
+  const Mxfp4Mat w{packed.data(), scales.data(), rows, cols, 32};
+  const auto x = RandomFloats(cols, 6);
+  std::vector<float> y(rows);
+  MatmulMxfp4Scalar(w, x.data(), 1, y.data());
+  EXPECT_FALSE(std::isnan(y[0]));
+  EXPECT_TRUE(std::isnan(y[1]));
+  EXPECT_FALSE(std::isnan(y[2]));
+  if (CpuHasAvx2Fma()) {
+    MatmulMxfp4Avx2(w, x.data(), 1, y.data());
+    EXPECT_FALSE(std::isnan(y[0]));
+    EXPECT_TRUE(std::isnan(y[1]));
+    EXPECT_FALSE(std::isnan(y[2]));
+  }
+  std::vector<float> row(cols);
+  Mxfp4RowToFloat(w, 1, row.data());
+  EXPECT_FALSE(std::isnan(row[31]));
+  EXPECT_TRUE(std::isnan(row[32]));
+}
+
+TEST(Mxfp4, RealExpertSize) {
+  // One w2-shaped slice (rows of 3072 inputs) and one w1-shaped slice (3584 inputs).
+  RunBoth(RandomMxfp4(21, 3072, 77), RandomFloats(3072 * 5, 78), 5, 1e-5);
+  RunBoth(RandomMxfp4(13, 3584, 79), RandomFloats(3584, 80), 1, 1e-5);
+}
+
+}  // namespace
+}  // namespace k3::kern::test
