@@ -1,0 +1,239 @@
+// In-process tests of the forward pass on the tiny checkpoint ($K3_TESTDATA/tiny, the
+// generator's adversarial 13-layer model): chunked prefill == token by token, incremental
+// decoding == full recompute, thread count and expert arrival order do not change a bit,
+// the carried state matters, and binding rejects wrong dtypes / shapes naming the tensor.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "forward.h"
+#include "mmap_source.h"
+
+namespace k3::compute {
+namespace {
+
+std::string TinyDir() {
+  const char* d = std::getenv("K3_TESTDATA");
+  return d ? std::string(d) + "/tiny" : std::string();
+}
+
+class TinyModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = TinyDir();
+    ASSERT_TRUE(!dir.empty() && std::filesystem::exists(dir + "/config.json"))
+        << "tiny checkpoint missing at '" << dir << "' (K3_TESTDATA)";
+    cfg_ = LoadModelConfig(dir + "/config.json");
+    ck_ = std::make_unique<MappedCheckpoint>(dir);
+    globals_ = BindGlobals(cfg_, ck_->Resolver());
+    layers_ = std::make_unique<MmapLayerSource>(cfg_, *ck_);
+    experts_ = std::make_unique<MmapExpertSource>(cfg_, *ck_);
+  }
+
+  // Logits of every position of `ids`, fed in chunks of `chunk` from a fresh state.
+  std::vector<float> AllLogits(const std::vector<int32_t>& ids, int64_t chunk,
+                               ExpertSource* ex = nullptr) {
+    Forward f(cfg_, globals_, *layers_, ex ? *ex : *experts_);
+    const int64_t V = cfg_.vocab_size, n = static_cast<int64_t>(ids.size());
+    std::vector<float> out(static_cast<size_t>(n * V));
+    for (int64_t s = 0; s < n; s += chunk) {
+      const int64_t T = std::min(chunk, n - s);
+      f.Run(ids.data() + s, T, true, out.data() + s * V, nullptr);
+    }
+    EXPECT_EQ(f.position(), n);
+    return out;
+  }
+
+  std::vector<int32_t> Prompt() const {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 12; ++i) ids.push_back(static_cast<int32_t>((i * 37 + 5) % cfg_.vocab_size));
+    return ids;
+  }
+
+  ModelConfig cfg_;
+  std::unique_ptr<MappedCheckpoint> ck_;
+  GlobalWeights globals_;
+  std::unique_ptr<MmapLayerSource> layers_;
+  std::unique_ptr<MmapExpertSource> experts_;
+};
+
+bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_F(TinyModel, ChunkedPrefillIsBitIdenticalToTokenByToken) {
+  const auto ids = Prompt();
+  const auto whole = AllLogits(ids, 64);
+  EXPECT_TRUE(BitEqual(whole, AllLogits(ids, 1)));
+  EXPECT_TRUE(BitEqual(whole, AllLogits(ids, 5)));
+  for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST_F(TinyModel, IncrementalDecodeEqualsFullRecompute) {
+  auto ids = Prompt();
+  Forward inc(cfg_, globals_, *layers_, *experts_);
+  const int64_t V = cfg_.vocab_size;
+  std::vector<float> li(static_cast<size_t>(V)), lf(static_cast<size_t>(V));
+  inc.Run(ids.data(), static_cast<int64_t>(ids.size()), false, li.data(), nullptr);
+  for (int step = 0; step < 4; ++step) {
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(li.begin(), li.end()) - li.begin());
+    ids.push_back(next);
+    inc.Run(&next, 1, false, li.data(), nullptr);
+    Forward full(cfg_, globals_, *layers_, *experts_);
+    full.Run(ids.data(), static_cast<int64_t>(ids.size()), false, lf.data(), nullptr);
+    ASSERT_TRUE(BitEqual(li, lf)) << "step " << step;
+  }
+}
+
+TEST_F(TinyModel, CarriedStateChangesTheResult) {
+  // The last token alone from a fresh state must differ from the same token after the
+  // prefix: KDA S, conv windows and the MLA cache all carry information.
+  const auto ids = Prompt();
+  const auto all = AllLogits(ids, 64);
+  const auto alone = AllLogits({ids.back()}, 1);
+  const int64_t V = cfg_.vocab_size;
+  const std::vector<float> last(all.end() - V, all.end());
+  EXPECT_FALSE(BitEqual(last, alone));
+  // And a reset really empties the state.
+  Forward f(cfg_, globals_, *layers_, *experts_);
+  std::vector<float> a(static_cast<size_t>(V)), b(static_cast<size_t>(V));
+  f.Run(ids.data(), 3, false, a.data(), nullptr);
+  f.Reset();
+  EXPECT_EQ(f.position(), 0);
+  f.Run(ids.data(), 3, false, b.data(), nullptr);
+  EXPECT_TRUE(BitEqual(a, b));
+}
+
+TEST_F(TinyModel, ThreadCountDoesNotChangeBits) {
+  const auto ids = Prompt();
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one = AllLogits(ids, 4);
+  omp_set_num_threads(3);
+  const auto three = AllLogits(ids, 4);
+  omp_set_num_threads(saved);
+  EXPECT_TRUE(BitEqual(one, three));
+}
+
+// Hands experts out in reverse request order, like a fetcher whose reads land out of order.
+class ReversedExperts : public ExpertSource {
+ public:
+  explicit ReversedExperts(ExpertSource& inner) : inner_(inner) {}
+  void Request(int64_t layer, const std::vector<int32_t>& e) override {
+    inner_.Request(layer, e);
+    order_.assign(e.rbegin(), e.rend());
+    handed_ += static_cast<int64_t>(e.size());
+  }
+  int32_t NextReady(int64_t layer) override {
+    inner_.NextReady(layer);  // keep the inner queue consistent
+    const int32_t e = order_.front();
+    order_.erase(order_.begin());
+    return e;
+  }
+  ExpertWeights Acquire(int64_t l, int32_t e) override { return inner_.Acquire(l, e); }
+  void Release(int64_t l, int32_t e) override { inner_.Release(l, e); }
+  int64_t handed_ = 0;
+
+ private:
+  ExpertSource& inner_;
+  std::vector<int32_t> order_;
+};
+
+TEST_F(TinyModel, ExpertArrivalOrderDoesNotChangeBits) {
+  const auto ids = Prompt();
+  ReversedExperts rev(*experts_);
+  EXPECT_TRUE(BitEqual(AllLogits(ids, 6), AllLogits(ids, 6, &rev)));
+  EXPECT_GT(rev.handed_, 0);
+}
+
+// Resolver that serves the tiny checkpoint but lies about one tensor's metadata.
+struct Tampered {
+  std::string name;
+  TensorInfo info;
+};
+
+void ExpectBindError(const std::function<void()>& fn, const std::string& tensor) {
+  try {
+    fn();
+    FAIL() << "binding accepted a bad " << tensor;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), kExitBadModel);
+    EXPECT_NE(std::string(e.what()).find(tensor), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TinyModel, BindingRejectsWrongDtypeNamingTheTensor) {
+  const std::string name = "language_model.model.layers.1.self_attn.q_proj.weight";
+  auto t = std::make_shared<Tampered>();
+  t->name = name;
+  const TensorResolver base = ck_->Resolver();
+  TensorResolver bad = [base, t](const std::string& n) {
+    RawTensor r = base(n);
+    if (n == t->name) {
+      t->info = *r.info;
+      t->info.dtype = DType::I32;
+      r.info = &t->info;
+    }
+    return r;
+  };
+  ExpectBindError([&] { BindLayer(cfg_, 1, bad); }, name);
+}
+
+TEST_F(TinyModel, BindingRejectsWrongShapeNamingTheTensor) {
+  for (const std::string leaf :
+       {"self_attn.o_norm.weight", "block_sparse_moe.gate.weight", "mlp_res_proj.weight"}) {
+    const std::string name = "language_model.model.layers.2." + leaf;
+    auto t = std::make_shared<Tampered>();
+    t->name = name;
+    const TensorResolver base = ck_->Resolver();
+    TensorResolver bad = [base, t](const std::string& n) {
+      RawTensor r = base(n);
+      if (n == t->name) {
+        t->info = *r.info;
+        t->info.shape.back() += 1;
+        r.info = &t->info;
+      }
+      return r;
+    };
+    ExpectBindError([&] { BindLayer(cfg_, 2, bad); }, name);
+  }
+  // Routed expert scales with the wrong width, and a float where U8 nibbles belong.
+  const std::string sc = "language_model.model.layers.1.block_sparse_moe.experts.0.w2.weight_scale";
+  auto t = std::make_shared<Tampered>();
+  t->name = sc;
+  const TensorResolver base = ck_->Resolver();
+  TensorResolver bad = [base, t](const std::string& n) {
+    RawTensor r = base(n);
+    if (n == t->name) {
+      t->info = *r.info;
+      t->info.shape = {t->info.shape[0], t->info.shape[1] * 2};
+      r.info = &t->info;
+    }
+    return r;
+  };
+  ExpectBindError([&] { BindExpert(cfg_, 1, 0, bad); }, sc);
+}
+
+TEST_F(TinyModel, MissingTensorIsABadModel) {
+  const TensorResolver base = ck_->Resolver();
+  const std::string gone = "language_model.model.layers.3.self_attn.kv_b_proj.weight";
+  TensorResolver bad = [base, gone](const std::string& n) {
+    if (n == gone) throw BadModel("tensor " + n + " not found");
+    return base(n);
+  };
+  ExpectBindError([&] { BindLayer(cfg_, 3, bad); }, gone);
+}
+
+}  // namespace
+}  // namespace k3::compute
