@@ -1,0 +1,96 @@
+"""Shared helpers of the model gates: locating the engine, running both sides, comparing."""
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REF = os.path.join(HERE, "..", "reference", "k3_ref.py")
+SKIP = 77  # ctest SKIP_RETURN_CODE
+
+# Relative max error max|e - r| / max|r| of a float32 engine against the float64 reference.
+# Chosen with margin over measured values; see docs/testing.md ("Tolerances").
+TOL_LOGITS = 1e-4
+TOL_TRACE = 1e-4
+
+PROMPT = [5, 17, 300, 42, 7, 99, 128, 256, 1, 2, 3, 400]  # 12 ids, all < 512 (tiny vocab)
+N_GEN = 24
+N_TF_GEN = 20  # prompt 12 + 20 generated = the 32-id teacher-forcing sequence
+
+
+def testdata():
+    d = os.environ.get("K3_TESTDATA")
+    if not d or not os.path.isdir(d):
+        print(f"K3_TESTDATA is not set or missing ({d!r}); run the gate fixture first", file=sys.stderr)
+        sys.exit(1)
+    return d
+
+
+def engine_or_skip():
+    """K3_COMPUTE is the engine command (a path, or e.g. "python3 ref_engine.py --perturb-logits 1e-3")."""
+    exe = os.environ.get("K3_COMPUTE", "")
+    argv = shlex.split(exe)
+    if not argv or not os.path.exists(argv[0]):
+        print(f"SKIP: k3-compute not built (K3_COMPUTE={exe!r}); the gate is ready and waits for it")
+        sys.exit(SKIP)
+    return argv
+
+
+def model_dir():
+    return os.path.join(testdata(), os.environ.get("K3_GATE_MODEL", "tiny"))
+
+
+def work_dir(name):
+    d = os.path.join(testdata(), "gate-work", os.environ.get("K3_GATE_MODEL", "tiny"), name)
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def ids_arg(ids):
+    return ",".join(str(i) for i in ids)
+
+
+def run_engine(exe, out_dir, tag, ids, gen, *extra):
+    """Run k3-compute standalone; returns (report dict, path prefix of the outputs)."""
+    base = os.path.join(out_dir, tag)
+    cmd = list(exe) + ["--standalone", model_dir(), "--ids", ids_arg(ids), "--gen", str(gen),
+                         "--out", base + ".json", *extra]
+    run(cmd)
+    with open(base + ".json") as f:
+        return json.load(f), base
+
+
+def run_reference(out_dir, tag, ids, gen, *extra):
+    base = os.path.join(out_dir, tag)
+    run([sys.executable, REF, model_dir(), "--ids", ids_arg(ids), "--gen", str(gen), "--out", base + ".json", *extra])
+    with open(base + ".json") as f:
+        return json.load(f), base
+
+
+def read_f32(path):
+    return np.fromfile(path, dtype="<f4").astype(np.float64)
+
+
+def rel_err(e, r):
+    e, r = np.asarray(e, dtype=np.float64), np.asarray(r, dtype=np.float64)
+    if e.shape != r.shape:
+        raise AssertionError(f"shape mismatch: engine {e.shape} vs reference {r.shape}")
+    if not np.all(np.isfinite(e)):
+        return float("inf")
+    scale = np.max(np.abs(r))
+    return float(np.max(np.abs(e - r)) / scale) if scale > 0 else float(np.max(np.abs(e)))
+
+
+def file_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()

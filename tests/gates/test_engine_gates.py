@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Model gates: the engine (k3-compute --standalone) against the float64 reference, and the
+engine against itself across execution modes. Each TestCase class is one ctest test:
+
+    test_engine_gates.py GateLogits|GateTrace|GateGreedy|GateTeacherForcing|
+                         GateIncremental|GateChunkedPrefill|GateThreads
+
+Environment: K3_TESTDATA (fixture output), K3_COMPUTE (engine command; missing => exit 77,
+ctest "skipped"), K3_GATE_MODEL (checkpoint folder under K3_TESTDATA, default "tiny").
+"""
+import json
+import os
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gatelib as g  # noqa: E402
+
+ENGINE = None
+
+
+class GateLogits(unittest.TestCase):
+    """a. The logits choosing the first generated token agree within TOL_LOGITS."""
+
+    def test_logits(self):
+        w = g.work_dir("logits")
+        g.run_engine(ENGINE, w, "engine", g.PROMPT, 1, "--dump-logits", os.path.join(w, "engine.f32"))
+        g.run_reference(w, "ref", g.PROMPT, 1, "--dump-logits", os.path.join(w, "ref.f32"))
+        e, r = g.read_f32(os.path.join(w, "engine.f32")), g.read_f32(os.path.join(w, "ref.f32"))
+        err = g.rel_err(e, r)
+        print(f"logits: rel max err {err:.3e} (tolerance {g.TOL_LOGITS:.0e}), argmax engine {int(np.argmax(e))} "
+              f"reference {int(np.argmax(r))}")
+        self.assertLessEqual(err, g.TOL_LOGITS)
+        self.assertEqual(int(np.argmax(e)), int(np.argmax(r)))
+
+
+class GateTrace(unittest.TestCase):
+    """b. Every traced activation of the prompt pass agrees within TOL_TRACE; top-k identical."""
+
+    def test_trace(self):
+        w = g.work_dir("trace")
+        et, rt = os.path.join(w, "engine"), os.path.join(w, "ref")
+        g.run_engine(ENGINE, w, "engine", g.PROMPT, 0, "--dump-trace", et)
+        g.run_reference(w, "ref", g.PROMPT, 0, "--dump-trace", rt)
+        with open(os.path.join(rt, "meta.json")) as f:
+            meta = json.load(f)
+        with open(os.path.join(et, "meta.json")) as f:
+            emeta = json.load(f)
+        for k in ("T", "hidden", "layers", "vocab", "top_k"):
+            self.assertEqual(emeta.get(k), meta[k], f"meta.json field {k}")
+        names = ["embed"] + [f"layer{l:03d}.{p}" for l in range(meta["layers"]) for p in ("mixer", "ffn", "out")]
+        names += ["final", "logits"]
+        worst = (0.0, "")
+        for n in names:
+            err = g.rel_err(g.read_f32(os.path.join(et, n + ".f32")), g.read_f32(os.path.join(rt, n + ".f32")))
+            worst = max(worst, (err, n))
+            self.assertLessEqual(err, g.TOL_TRACE, f"{n}: rel max err {err:.3e}")
+        topk = sorted(f for f in os.listdir(rt) if f.endswith(".topk.i32"))
+        self.assertTrue(topk, "reference trace has no MoE layers")
+        for f in topk:
+            e = np.fromfile(os.path.join(et, f), dtype="<i4")
+            r = np.fromfile(os.path.join(rt, f), dtype="<i4")
+            self.assertTrue(np.array_equal(e, r), f"{f}: selected experts differ")
+        print(f"trace: {len(names)} tensors and {len(topk)} top-k files; worst rel err {worst[0]:.3e} at {worst[1]}")
+
+
+class GateGreedy(unittest.TestCase):
+    """c. 24 greedy tokens after a 12-id prompt are identical."""
+
+    def test_greedy(self):
+        w = g.work_dir("greedy")
+        e, _ = g.run_engine(ENGINE, w, "engine", g.PROMPT, g.N_GEN)
+        r, _ = g.run_reference(w, "ref", g.PROMPT, g.N_GEN)
+        self.assertEqual(e["prompt_ids"], g.PROMPT)
+        self.assertEqual(e["generated_ids"], r["generated_ids"])
+        self.assertEqual(e["full_ids"], r["full_ids"])
+        print(f"greedy: {g.N_GEN}/{g.N_GEN} ids identical; smallest reference top-2 margin {r['gen_min_margin']:.4f}")
+
+
+class GateTeacherForcing(unittest.TestCase):
+    """d. Teacher-forced argmax identical at all 32 positions of prompt + 20 greedy tokens."""
+
+    def test_tf(self):
+        w = g.work_dir("tf")
+        r, _ = g.run_reference(w, "ref", g.PROMPT, g.N_TF_GEN)
+        seq = r["full_ids"]
+        self.assertEqual(len(seq), 32)
+        e, _ = g.run_engine(ENGINE, w, "engine", seq, 0, "--tf-check")
+        self.assertEqual(len(e["tf_pred"]), len(seq))
+        bad = [i for i, (a, b) in enumerate(zip(e["tf_pred"], r["tf_pred"])) if a != b]
+        self.assertEqual(bad, [], f"positions whose argmax differs: {bad}")
+        print(f"teacher forcing: {len(seq)}/{len(seq)} positions identical")
+
+
+def mode_runs(test, w, variants):
+    """Run the engine once per variant; assert identical ids and bit-identical logits bytes."""
+    out = []
+    for tag, extra in variants:
+        rep, base = g.run_engine(ENGINE, w, tag, g.PROMPT, g.N_GEN, "--dump-logits", os.path.join(w, tag + ".f32"),
+                                 *extra)
+        out.append((tag, rep["generated_ids"], g.file_bytes(os.path.join(w, tag + ".f32"))))
+    tag0, ids0, bytes0 = out[0]
+    test.assertGreater(len(bytes0), 0)
+    for tag, ids, data in out[1:]:
+        test.assertEqual(ids, ids0, f"{tag} ids differ from {tag0}")
+        test.assertTrue(data == bytes0, f"{tag} logits bytes differ from {tag0}")
+    print("identical ids and logits bytes: " + ", ".join(t for t, _, _ in out))
+
+
+class GateIncremental(unittest.TestCase):
+    """e. Incremental decoding equals full recompute bit for bit."""
+
+    def test_incremental(self):
+        mode_runs(self, g.work_dir("incremental"), [("incremental", []), ("full", ["--full-recompute"])])
+
+
+class GateChunkedPrefill(unittest.TestCase):
+    """f. Prefill in chunks of 1, 5 and 64 tokens is bit-identical."""
+
+    def test_chunks(self):
+        mode_runs(self, g.work_dir("chunks"), [(f"chunk{c}", ["--prefill-chunk", str(c)]) for c in (64, 1, 5)])
+
+
+class GateThreads(unittest.TestCase):
+    """g. One and two threads give identical ids and logits bytes."""
+
+    def test_threads(self):
+        mode_runs(self, g.work_dir("threads"), [(f"threads{t}", ["--threads", str(t)]) for t in (1, 2)])
+
+
+if __name__ == "__main__":
+    ENGINE = g.engine_or_skip()
+    unittest.main(verbosity=2)
