@@ -1,0 +1,115 @@
+// k3-tokenizer: the tokenizer as a command-line tool.
+//   encode --vocab DIR [--file PATH]        ids of the file's bytes (stdin without --file)
+//   decode --vocab DIR --ids 1,2,3          the bytes of the ids
+//   chat   --vocab DIR --history PATH [--no-think | --thinking-effort E]
+//                                           ids of the rendered transcript + generation prompt
+// Errors print "k3-tokenizer: <message>" and exit with the k3::ExitCode of the error.
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "../../common/error.h"
+#include "chat_template.h"
+#include "history.h"
+#include "tokenizer.h"
+
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ostringstream ss;
+  if (path.empty()) {
+    ss << std::cin.rdbuf();
+    if (std::cin.bad()) throw k3::RuntimeFailure("stdin: read error");
+    return ss.str();
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw k3::BadInput(path + ": cannot open");
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<uint32_t> ParseIds(const std::string& text) {
+  std::vector<uint32_t> ids;
+  size_t p = 0;
+  while (p <= text.size()) {
+    size_t comma = text.find(',', p);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string_view item(text.data() + p, comma - p);
+    uint32_t v = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size())
+      throw k3::UsageError("--ids: \"" + std::string(item) + "\" is not a token id");
+    ids.push_back(v);
+    p = comma + 1;
+  }
+  return ids;
+}
+
+void PrintIds(const std::vector<uint32_t>& ids) {
+  std::string out;
+  out.reserve(ids.size() * 7);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  out += '\n';
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"k3-tokenizer: K3 text <-> token ids and the XTML chat format"};
+  app.require_subcommand(1);
+  std::string vocab, file, ids_text, history, effort = "max";
+  bool no_think = false;
+
+  auto* enc = app.add_subcommand("encode", "print the ids of a file's bytes (stdin if no --file)");
+  enc->add_option("--vocab", vocab, "directory with tiktoken.model and tokenizer_config.json")->required();
+  enc->add_option("--file", file, "input file");
+  auto* dec = app.add_subcommand("decode", "print the text of comma-separated ids");
+  dec->add_option("--vocab", vocab, "tokenizer directory")->required();
+  dec->add_option("--ids", ids_text, "comma-separated ids")->required();
+  auto* chat = app.add_subcommand("chat", "print the ids of a rendered JSONL history");
+  chat->add_option("--vocab", vocab, "tokenizer directory")->required();
+  chat->add_option("--history", history, "JSONL history ending with a user message")->required();
+  auto* nt = chat->add_flag("--no-think", no_think, "thinking off: no preamble, response channel only");
+  chat->add_option("--thinking-effort", effort, "low, high or max (default max)")->excludes(nt);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "k3-tokenizer: %s\n", e.what());
+    return k3::kExitUsage;
+  }
+  try {
+    if (chat->parsed() && !no_think && !k3::tok::IsValidThinkingEffort(effort))
+      throw k3::UsageError("--thinking-effort must be low, high or max");
+    const auto tok = k3::tok::Tokenizer::Load(vocab);
+    if (enc->parsed()) {
+      PrintIds(tok.Encode(ReadAll(file), /*allow_special=*/false));
+    } else if (dec->parsed()) {
+      const std::string text = tok.Decode(ParseIds(ids_text));
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    } else {
+      const auto msgs = k3::tok::ReadHistory(history);
+      const k3::tok::ChatTemplate tmpl(tok);
+      k3::tok::ChatOptions opt;
+      opt.thinking = !no_think;
+      opt.thinking_effort = effort;
+      PrintIds(tmpl.Render(msgs, opt, /*add_generation_prompt=*/true));
+    }
+    if (std::fflush(stdout) != 0) throw k3::Error(k3::kExitOutput, "stdout: write failed");
+  } catch (const k3::Error& e) {
+    std::fprintf(stderr, "k3-tokenizer: %s\n", e.what());
+    return e.code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "k3-tokenizer: %s\n", e.what());
+    return k3::kExitRuntime;
+  }
+  return k3::kExitOk;
+}

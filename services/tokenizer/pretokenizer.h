@@ -1,0 +1,72 @@
+// The Kimi pre-tokenizer: splits well-formed UTF-8 text into pieces that BPE encodes
+// independently. Alternatives, tried in order at each position (ENGINE-REFERENCE §4):
+//   H  \p{Han}+
+//   A  [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//   B  [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//   C  \p{N}{1,3}
+//   D   ?[^\s\p{L}\p{N}]+[\r\n]*
+//   E  \s*[\r\n]+
+//   F  \s+(?!\S)
+//   G  \s+
+// PCRE2 has no class intersection, so X&&[^\p{Han}] becomes (?:(?!\p{Han})X), and \s is
+// spelled out as Unicode White_Space (what Rust's regex means by \s; PCRE2's \s differs on
+// U+0085). A hand-written matcher handles positions whose piece is decided by ASCII bytes
+// alone (most code and English) and defers to the PCRE2 JIT everywhere else.
+#pragma once
+#include <cstddef>
+#include <string_view>
+
+struct pcre2_real_code_8;
+struct pcre2_real_match_data_8;
+struct pcre2_real_jit_stack_8;
+
+namespace k3::tok {
+
+// The compiled pattern; immutable and shareable between threads.
+class SplitPattern {
+ public:
+  SplitPattern();
+  ~SplitPattern();
+  SplitPattern(const SplitPattern&) = delete;
+  SplitPattern& operator=(const SplitPattern&) = delete;
+  pcre2_real_code_8* code() const { return code_; }
+  // The pattern text given to PCRE2 (for docs and tests).
+  static const char* Pattern();
+
+ private:
+  pcre2_real_code_8* code_ = nullptr;
+};
+
+// Per-call matching state (PCRE2 match data); one per thread.
+class Splitter {
+ public:
+  // use_fast_path=false forces PCRE2 everywhere (tests compare both).
+  explicit Splitter(const SplitPattern& pattern, bool use_fast_path = true);
+  ~Splitter();
+  Splitter(const Splitter&) = delete;
+  Splitter& operator=(const Splitter&) = delete;
+
+  // Length of the piece starting at s[p] (p < s.size()); s must be well-formed UTF-8.
+  // Always >= 1: a position no alternative matches yields one character (cannot happen
+  // with this pattern, but keeps decode(encode(x)) == x unconditional).
+  size_t Next(std::string_view s, size_t p);
+
+  template <typename F>
+  void Split(std::string_view s, F&& on_piece) {
+    size_t p = 0;
+    while (p < s.size()) {
+      const size_t n = Next(s, p);
+      on_piece(s.substr(p, n));
+      p += n;
+    }
+  }
+
+ private:
+  size_t NextPcre(std::string_view s, size_t p);
+
+  const SplitPattern& pattern_;
+  pcre2_real_match_data_8* match_ = nullptr;
+  bool fast_;
+};
+
+}  // namespace k3::tok
