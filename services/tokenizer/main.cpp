@@ -1,6 +1,7 @@
 // k3-tokenizer: the tokenizer as a command-line tool.
 //   encode --vocab DIR [--file PATH]        ids of the file's bytes (stdin without --file)
 //   decode --vocab DIR --ids 1,2,3          the bytes of the ids
+//          (or --ids-file PATH holding the same comma-separated list, for long streams)
 //   chat   --vocab DIR --history PATH [--no-think | --thinking-effort E]
 //                                           ids of the rendered transcript + generation prompt
 // Errors print "k3-tokenizer: <message>" and exit with the k3::ExitCode of the error.
@@ -31,8 +32,11 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-std::vector<uint32_t> ParseIds(const std::string& text) {
+// `source` names where the list came from; a bad list in a file is bad input, on the
+// command line a usage error.
+std::vector<uint32_t> ParseIds(const std::string& text, const std::string& source, bool from_file) {
   std::vector<uint32_t> ids;
+  if (text.empty()) return ids;
   size_t p = 0;
   while (p <= text.size()) {
     size_t comma = text.find(',', p);
@@ -41,7 +45,10 @@ std::vector<uint32_t> ParseIds(const std::string& text) {
     uint32_t v = 0;
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || end != item.data() + item.size())
-      throw k3::UsageError("--ids: \"" + std::string(item) + "\" is not a token id");
+    {
+      const std::string msg = source + ": \"" + std::string(item) + "\" is not a token id";
+      throw from_file ? k3::BadInput(msg) : k3::UsageError(msg);
+    }
     ids.push_back(v);
     p = comma + 1;
   }
@@ -72,7 +79,10 @@ int main(int argc, char** argv) {
   enc->add_option("--file", file, "input file");
   auto* dec = app.add_subcommand("decode", "print the text of comma-separated ids");
   dec->add_option("--vocab", vocab, "tokenizer directory")->required();
-  dec->add_option("--ids", ids_text, "comma-separated ids")->required();
+  std::string ids_file;
+  auto* ids_opt = dec->add_option("--ids", ids_text, "comma-separated ids");
+  auto* ids_file_opt = dec->add_option("--ids-file", ids_file, "file with comma-separated ids");
+  ids_opt->excludes(ids_file_opt);
   auto* chat = app.add_subcommand("chat", "print the ids of a rendered JSONL history");
   chat->add_option("--vocab", vocab, "tokenizer directory")->required();
   chat->add_option("--history", history, "JSONL history ending with a user message")->required();
@@ -93,7 +103,14 @@ int main(int argc, char** argv) {
     if (enc->parsed()) {
       PrintIds(tok.Encode(ReadAll(file), /*allow_special=*/false));
     } else if (dec->parsed()) {
-      const std::string text = tok.Decode(ParseIds(ids_text));
+      if (ids_opt->count() == 0 && ids_file_opt->count() == 0)
+        throw k3::UsageError("decode needs --ids or --ids-file");
+      if (ids_file_opt->count() > 0) {
+        ids_text = ReadAll(ids_file);
+        while (!ids_text.empty() && (ids_text.back() == '\n' || ids_text.back() == '\r')) ids_text.pop_back();
+      }
+      const bool from_file = ids_file_opt->count() > 0;
+      const std::string text = tok.Decode(ParseIds(ids_text, from_file ? ids_file : "--ids", from_file));
       std::fwrite(text.data(), 1, text.size(), stdout);
     } else {
       const auto msgs = k3::tok::ReadHistory(history);

@@ -13,12 +13,12 @@ namespace k3::tok {
 namespace {
 
 #define K3_WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
-#define K3_UPPER "(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])"
-#define K3_LOWER "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])"
+#define K3_UPPER "(?:(?!\\p{sc:Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])"
+#define K3_LOWER "(?:(?!\\p{sc:Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])"
 #define K3_SUFFIX "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
 
 constexpr const char kPattern[] =
-    "\\p{Han}+"
+    "\\p{sc:Han}+"
     "|[^\\r\\n\\p{L}\\p{N}]?" K3_UPPER "*" K3_LOWER "+" K3_SUFFIX
     "|[^\\r\\n\\p{L}\\p{N}]?" K3_UPPER "+" K3_LOWER "*" K3_SUFFIX
     "|\\p{N}{1,3}"

@@ -8,9 +8,10 @@
 //   E  \s*[\r\n]+
 //   F  \s+(?!\S)
 //   G  \s+
-// PCRE2 has no class intersection, so X&&[^\p{Han}] becomes (?:(?!\p{Han})X), and \s is
-// spelled out as Unicode White_Space (what Rust's regex means by \s; PCRE2's \s differs on
-// U+0085). A hand-written matcher handles positions whose piece is decided by ASCII bytes
+// PCRE2 has no class intersection, so X&&[^\p{Han}] becomes (?:(?!\p{sc:Han})X); \p{Han}
+// is written \p{sc:Han} because PCRE2 >= 10.40 reads \p{Han} as Script_Extensions (which
+// would take U+3002 and other shared CJK punctuation), while the reference means Script;
+// and \s is spelled out as Unicode White_Space (Rust's \s; PCRE2's \s differs on U+0085). A hand-written matcher handles positions whose piece is decided by ASCII bytes
 // alone (most code and English) and defers to the PCRE2 JIT everywhere else.
 #pragma once
 #include <cstddef>
