@@ -1,0 +1,289 @@
+#include "common/plan/memory_plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <stdexcept>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/ipc/slot_table.h"
+#include "common/tensor_names.h"
+
+namespace k3::plan {
+namespace {
+
+constexpr int64_t kPage = 4096;
+int64_t AlignUp(int64_t v) { return (v + kPage - 1) / kPage * kPage; }
+// A layer's trunk run starts anywhere in its shard; O_DIRECT widens it to 4096 bounds.
+int64_t Widened(int64_t run) { return AlignUp(run) + kPage; }
+
+int64_t SlotArena(int64_t slots, int64_t slot_bytes) {
+  if (slots <= 0) return 0;
+  return static_cast<int64_t>(ipc::SlotTable::BytesNeeded(static_cast<uint32_t>(slots), static_cast<uint64_t>(slot_bytes)));
+}
+
+// Budget-independent parts of compute + tokenizer + per-process overhead.
+struct Fixed {
+  int64_t kda_state = 0, mla_cache = 0, scratch = 0, overhead = 0, tokenizer = 0;
+  int64_t sum() const { return kda_state + mla_cache + scratch + overhead + tokenizer; }
+};
+
+Fixed FixedCosts(const ModelConfig& c, const PlanOptions& o) {
+  Fixed f;
+  const int64_t n_kda = std::count(c.layer_kind.begin(), c.layer_kind.end(), MixerKind::KDA);
+  const int64_t n_mla = static_cast<int64_t>(c.layer_kind.size()) - n_kda;
+  // KDA: one fp32 [head_dim x head_dim] state per head, plus q/k/v conv windows (K-1 inputs).
+  const int64_t proj = c.kda_heads * c.kda_head_dim;
+  f.kda_state = n_kda * (c.kda_heads * c.kda_head_dim * c.kda_head_dim * 4 + 3 * proj * (c.conv_kernel - 1) * 4);
+  // MLA: the compressed latent (normed c + shared k_pe) per position, fp32.
+  f.mla_cache = n_mla * o.context * (c.kv_lora_rank + c.qk_rope_head_dim) * 4;
+  // Scratch (estimate, fp32): per prompt-chunk token the residual stream, AttnRes block
+  // snapshots, the widest projection and FFN rows; plus one token's attention scores over
+  // the whole context and one logits row.
+  const int64_t blocks = c.attn_res_block_size > 0 ? c.num_layers / c.attn_res_block_size + 2 : 2;
+  const int64_t widest_proj = std::max(proj, c.mla_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim));
+  const int64_t widest_ffn = std::max(c.intermediate_size, c.num_shared_experts * c.moe_intermediate_size);
+  const int64_t per_token = (blocks + 8) * c.hidden_size + 4 * widest_proj + 3 * widest_ffn;
+  f.scratch = 4 * (o.prefill_chunk * per_token + c.mla_heads * o.context + c.vocab_size);
+  f.overhead = 4 * o.process_overhead;
+  f.tokenizer = o.tokenizer_bytes;
+  return f;
+}
+
+// Pinning candidates: every trunk layer and lm_head (layer -1), largest first.
+struct Candidate {
+  int layer;  // -1 = lm_head
+  int64_t bytes;
+};
+
+struct Layout {
+  int64_t pinned = 0, ring = 0, ring_slot = 0, lm = 0;
+  int64_t trunk_pinned_raw = 0;  // for the max_pinned_trunk cap
+};
+
+Layout LayoutFor(const PlanModel& m, const std::vector<Candidate>& cands, size_t k, const PlanOptions& o) {
+  Layout l;
+  bool lm_pinned = false;
+  for (size_t i = 0; i < k; ++i) {
+    if (cands[i].layer < 0) {
+      lm_pinned = true;
+      continue;
+    }
+    l.pinned += Widened(cands[i].bytes);
+    l.trunk_pinned_raw += cands[i].bytes;
+  }
+  if (l.pinned) l.pinned += kPage;  // arena header page
+  for (size_t i = k; i < cands.size(); ++i)
+    if (cands[i].layer >= 0) l.ring_slot = std::max(l.ring_slot, Widened(cands[i].bytes));
+  l.ring = SlotArena(l.ring_slot ? o.ring_slots : 0, l.ring_slot);
+  l.lm = lm_pinned ? m.lm_head_bytes : std::min(o.lm_head_window, m.lm_head_bytes);
+  return l;
+}
+
+}  // namespace
+
+PlanModel PlanModelFromConfig(const ModelConfig& cfg) {
+  PlanModel m;
+  m.cfg = cfg;
+  for (int l = 0; l < cfg.num_layers; ++l) m.trunk_bytes.push_back(LayerTrunkBytes(cfg, l));
+  m.expert_bytes = cfg.expert_bytes();
+  auto bytes_of = [&](ModelRole r) {
+    int64_t n = DTypeSize(ReleaseDType(r));
+    for (int64_t d : ExpectedShape(cfg, r)) n *= d;
+    return n;
+  };
+  m.embed_bytes = bytes_of(ModelRole::kEmbedTokens);
+  m.lm_head_bytes = bytes_of(ModelRole::kLmHead) + bytes_of(ModelRole::kNorm) +
+                    bytes_of(ModelRole::kOutputAttnResNorm) + bytes_of(ModelRole::kOutputAttnResProj);
+  return m;
+}
+
+namespace {
+
+void CheckInputs(const PlanModel& m, const PlanOptions& o) {
+  if (o.context < 1 || o.prefill_chunk < 1 || o.ring_slots < 2)
+    throw UsageError("memory plan: context and prefill chunk must be >= 1 and ring slots >= 2");
+  if (static_cast<int64_t>(m.trunk_bytes.size()) != m.cfg.num_layers || m.cfg.num_layers < 1)
+    throw UsageError("memory plan: need one trunk size per layer (" + std::to_string(m.cfg.num_layers) + ")");
+  if (static_cast<int64_t>(m.cfg.layer_kind.size()) != m.cfg.num_layers)
+    throw UsageError("memory plan: layer kinds do not match the layer count");
+  if (m.expert_bytes <= 0 || m.cfg.top_k < 1 || m.embed_bytes < 0 || m.lm_head_bytes < 0)
+    throw UsageError("memory plan: expert bytes and top_k must be positive");
+  for (int64_t b : m.trunk_bytes)
+    if (b <= 0) throw UsageError("memory plan: every layer needs a positive trunk size");
+}
+
+std::vector<Candidate> Candidates(const PlanModel& m) {
+  std::vector<Candidate> c;
+  c.push_back({-1, m.lm_head_bytes});
+  for (int l = 0; l < static_cast<int>(m.trunk_bytes.size()); ++l) c.push_back({l, m.trunk_bytes[l]});
+  std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.bytes > b.bytes; });
+  return c;
+}
+
+// Everything except expert slots beyond top_k, with the first k candidates pinned.
+int64_t Required(const PlanModel& m, const std::vector<Candidate>& cands, size_t k, const PlanOptions& o,
+                 const Fixed& f, int64_t min_experts_arena) {
+  const Layout l = LayoutFor(m, cands, k, o);
+  return f.sum() + std::min(o.embed_window, m.embed_bytes) + l.lm + l.pinned + l.ring + min_experts_arena;
+}
+
+bool WithinCap(const PlanModel& m, const std::vector<Candidate>& cands, size_t k, const PlanOptions& o) {
+  return o.max_pinned_trunk < 0 || LayoutFor(m, cands, k, o).trunk_pinned_raw <= o.max_pinned_trunk;
+}
+
+}  // namespace
+
+int64_t PlanFloor(const PlanModel& m, const PlanOptions& o) {
+  CheckInputs(m, o);
+  const auto cands = Candidates(m);
+  const Fixed f = FixedCosts(m.cfg, o);
+  const int64_t min_experts = SlotArena(m.cfg.top_k, AlignUp(m.expert_bytes));
+  int64_t floor = INT64_MAX;
+  for (size_t k = 0; k <= cands.size(); ++k)
+    if (WithinCap(m, cands, k, o)) floor = std::min(floor, Required(m, cands, k, o, f, min_experts));
+  return floor;
+}
+
+MemoryPlan MakePlan(const PlanModel& m, int64_t budget, const PlanOptions& o) {
+  const int64_t floor = PlanFloor(m, o);
+  if (budget < floor)
+    throw Error(kExitBudget, "budget " + FormatBytes(budget) + " is below the floor of " + FormatBytes(floor) + " (" +
+                                 std::to_string(floor) + " bytes) for context " + std::to_string(o.context) +
+                                 "; raise --budget or lower the context");
+  const auto cands = Candidates(m);
+  const Fixed f = FixedCosts(m.cfg, o);
+  const int64_t expert_stride = AlignUp(m.expert_bytes);
+  const int64_t min_experts = SlotArena(m.cfg.top_k, expert_stride);
+
+  // Largest prefix of candidates that fits (feasibility is monotone in the budget for each
+  // k, so more budget never pins fewer layers).
+  size_t k = 0;
+  for (size_t i = 0; i <= cands.size(); ++i)
+    if (WithinCap(m, cands, i, o) && Required(m, cands, i, o, f, min_experts) <= budget) k = i;
+
+  MemoryPlan p;
+  p.budget = budget;
+  p.floor = floor;
+  const Layout l = LayoutFor(m, cands, k, o);
+  for (size_t i = 0; i < k; ++i) {
+    if (cands[i].layer < 0) p.lm_head_resident = true;
+    else p.pinned_layers.push_back(cands[i].layer);
+  }
+  std::sort(p.pinned_layers.begin(), p.pinned_layers.end());
+  p.kda_state = f.kda_state;
+  p.mla_cache = f.mla_cache;
+  p.scratch = f.scratch;
+  p.overhead = f.overhead;
+  p.tokenizer = f.tokenizer;
+  p.lm_head_region = l.lm;
+  p.pinned_bytes = l.pinned;
+  p.ring_slot_bytes = l.ring_slot;
+  p.ring_slots = l.ring_slot ? o.ring_slots : 0;
+  p.ring_bytes = l.ring;
+  p.embed_region = std::min(o.embed_window, m.embed_bytes);
+  int64_t used = Required(m, cands, k, o, f, 0);
+  // Every remaining byte becomes expert slots (no more than the model has experts).
+  const int64_t moe_layers = std::max<int64_t>(0, m.cfg.num_layers - m.cfg.first_k_dense_replace);
+  const int64_t all_experts = std::max<int64_t>(m.cfg.top_k, moe_layers * m.cfg.num_experts);
+  int64_t slots = std::min(all_experts, (budget - used) / expert_stride);
+  while (slots > m.cfg.top_k && SlotArena(slots, expert_stride) > budget - used) --slots;
+  // The embedding table is read a few rows per token, so it is made resident last: only
+  // when every expert already has a slot and the table still fits.
+  if (slots == all_experts && used + SlotArena(slots, expert_stride) - p.embed_region + m.embed_bytes <= budget) {
+    used += m.embed_bytes - p.embed_region;
+    p.embed_region = m.embed_bytes;
+    p.embed_resident = true;
+  }
+  p.expert_slots = std::max<int64_t>(slots, m.cfg.top_k);
+  p.expert_slot_bytes = expert_stride;
+  p.expert_arena_bytes = SlotArena(p.expert_slots, expert_stride);
+  p.total = used + p.expert_arena_bytes;
+  return p;
+}
+
+std::vector<Region> MemoryPlan::regions() const {
+  return {
+      {"compute", "embedding", embed_region, embed_resident ? "resident" : "streamed window"},
+      {"compute", "lm_head", lm_head_region, lm_head_resident ? "resident" : "streamed window"},
+      {"compute", "kda-state", kda_state, "recurrent + conv state, fp32"},
+      {"compute", "mla-cache", mla_cache, "latent cache, fp32"},
+      {"compute", "scratch", scratch, "activations (estimate)"},
+      {"tokenizer", "tables", tokenizer, ""},
+      {"all", "process-overhead", overhead, "4 processes"},
+      {"shm", "trunk-pinned", pinned_bytes, std::to_string(pinned_layers.size()) + " layers"},
+      {"shm", "trunk-ring", ring_bytes,
+       std::to_string(ring_slots) + " slots x " + FormatBytes(ring_slot_bytes)},
+      {"shm", "experts", expert_arena_bytes,
+       std::to_string(expert_slots) + " slots x " + FormatBytes(expert_slot_bytes)},
+  };
+}
+
+std::string MemoryPlan::Table() const {
+  std::ostringstream out;
+  char line[200];
+  std::snprintf(line, sizeof line, "%-10s %-17s %12s  %s\n", "process", "region", "bytes", "note");
+  out << line;
+  for (const Region& r : regions()) {
+    std::snprintf(line, sizeof line, "%-10s %-17s %12s  %s\n", r.process.c_str(), r.region.c_str(),
+                  FormatBytes(r.bytes).c_str(), r.note.c_str());
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "%-28s %12s  (budget %s, floor %s)\n", "total", FormatBytes(total).c_str(),
+                FormatBytes(budget).c_str(), FormatBytes(floor).c_str());
+  out << line;
+  return out.str();
+}
+
+std::string FormatBytes(int64_t bytes) {
+  char buf[32];
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (1ll << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1ll << 30));
+  else if (bytes >= (1ll << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1ll << 20));
+  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  return buf;
+}
+
+int64_t ParseBudget(const std::string& text) {
+  if (text == "auto") {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    int64_t kb = 0;
+    std::string unit;
+    while (in >> key >> kb >> unit)
+      if (key == "MemAvailable:") return kb * 1024;
+    throw RuntimeFailure("--budget auto: MemAvailable not found in /proc/meminfo");
+  }
+  const auto bad = [&] { return UsageError("bad size '" + text + "' (expected e.g. 32G, 512M, 1.5T or auto)"); };
+  size_t pos = 0;
+  while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.')) ++pos;
+  if (pos == 0) throw bad();
+  double value = 0;
+  try {
+    size_t used = 0;
+    value = std::stod(text.substr(0, pos), &used);
+    if (used != pos) throw bad();
+  } catch (const std::logic_error&) {
+    throw bad();
+  }
+  std::string unit = text.substr(pos);
+  for (auto& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (unit.size() >= 2 && unit.substr(unit.size() - 2) == "IB") unit.resize(unit.size() - 2);
+  else if (unit.size() == 2 && unit[1] == 'B') unit.resize(1);
+  double mult = 1;
+  if (unit == "K") mult = 1ll << 10;
+  else if (unit == "M") mult = 1ll << 20;
+  else if (unit == "G") mult = 1ll << 30;
+  else if (unit == "T") mult = 1ll << 40;
+  else if (!unit.empty() && unit != "B") throw bad();
+  const double bytes = value * mult;
+  if (!(bytes >= 1) || bytes > 9.0e18) throw bad();
+  return static_cast<int64_t>(bytes);
+}
+
+}  // namespace k3::plan

@@ -1,0 +1,87 @@
+// The memory plan (ARCHITECTURE.md §3) as a pure function: one budget apportioned across
+// every process and shared region, never exceeding it. Documented in docs/memory-plan.md.
+//
+// Order of claims: a floor that every run needs (compute state for the requested context,
+// scratch, tokenizer tables, per-process overhead, streamed windows for embedding and
+// lm_head, a ring of 2 trunk slots of the largest streamed layer, top_k expert slots); then
+// whole trunk layers (and lm_head) pinned largest-first; then every remaining byte as expert
+// slots; the embedding table is made resident only when every expert already has a slot. A budget below the floor is k3::Error(kExitBudget).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/model_config.h"
+
+namespace k3::plan {
+
+struct PlanOptions {
+  int64_t context = 4096;                       // tokens the MLA cache must hold
+  int64_t prefill_chunk = 64;                   // prompt tokens per forward chunk (scratch size)
+  int ring_slots = 2;                           // trunk ring depth (>= 2: one computing, one reading)
+  int64_t tokenizer_bytes = 64ll << 20;         // vocabulary + merge tables
+  int64_t process_overhead = 64ll << 20;        // code, heap, ZeroMQ buffers per process (4 processes)
+  int64_t lm_head_window = 256ll << 20;         // streamed lm_head window when not resident
+  int64_t embed_window = 16ll << 20;            // streamed embedding rows when not resident
+  int64_t max_pinned_trunk = -1;                // config override: cap on pinned trunk bytes (-1 = none)
+};
+
+// What the model needs, independent of the budget.
+struct PlanModel {
+  ModelConfig cfg;
+  std::vector<int64_t> trunk_bytes;  // per layer: the layer's trunk run (non-expert tensors)
+  int64_t expert_bytes = 0;          // one routed expert (six tensors)
+  int64_t embed_bytes = 0;           // embed_tokens
+  int64_t lm_head_bytes = 0;         // lm_head (+ final norms, read with it)
+};
+
+// Builds PlanModel from a config alone, with release dtypes (common/tensor_names.h).
+PlanModel PlanModelFromConfig(const ModelConfig& cfg);
+
+struct Region {
+  std::string process;  // "compute", "tokenizer", "trunk-reader", "expert-fetcher", "shm"
+  std::string region;
+  int64_t bytes = 0;
+  std::string note;
+};
+
+struct MemoryPlan {
+  int64_t budget = 0;
+  int64_t floor = 0;
+  int64_t total = 0;  // sum of regions; <= budget
+  // compute
+  bool lm_head_resident = false;
+  bool embed_resident = false;
+  int64_t embed_region = 0;    // resident table or streamed window
+  int64_t lm_head_region = 0;  // resident head or streamed window
+  int64_t kda_state = 0;
+  int64_t mla_cache = 0;
+  int64_t scratch = 0;
+  int64_t overhead = 0;  // all processes
+  int64_t tokenizer = 0;
+  // trunk arena
+  std::vector<int> pinned_layers;  // ascending layer indices
+  int64_t pinned_bytes = 0;        // pinned arena (each layer widened to 4096 bounds)
+  int ring_slots = 0;
+  int64_t ring_slot_bytes = 0;
+  int64_t ring_bytes = 0;          // ring arena incl. slot-table header
+  // expert arena
+  int64_t expert_slots = 0;
+  int64_t expert_slot_bytes = 0;
+  int64_t expert_arena_bytes = 0;  // incl. slot-table header
+
+  std::vector<Region> regions() const;
+  std::string Table() const;  // printable, one region per line, sizes in GiB/MiB
+};
+
+// Throws k3::Error(kExitBudget) naming the floor when budget < floor; kExitUsage for bad options.
+MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& opt = {});
+// The smallest budget MakePlan accepts.
+int64_t PlanFloor(const PlanModel& model, const PlanOptions& opt = {});
+
+// "8G", "1.5T", "512M", "4096", "32GiB" (binary units) or "auto" (MemAvailable from
+// /proc/meminfo). k3::Error(kExitUsage) on anything else.
+int64_t ParseBudget(const std::string& text);
+std::string FormatBytes(int64_t bytes);
+
+}  // namespace k3::plan

@@ -1,0 +1,294 @@
+// Memory plan invariants on a synthetic model, and the plan of the real release at 8G, 32G
+// and 128G from its config.json + index (no shards needed).
+#include "common/plan/memory_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+
+#include "common/error.h"
+#include "common/safetensors.h"
+#include "common/tensor_names.h"
+
+namespace k3::plan {
+namespace {
+
+constexpr int64_t kMiB = 1ll << 20;
+constexpr int64_t kGiB = 1ll << 30;
+
+int64_t Widened(int64_t b) { return (b + 4095) / 4096 * 4096 + 4096; }
+
+PlanModel Synthetic() {
+  PlanModel m;
+  ModelConfig& c = m.cfg;
+  c.hidden_size = 256;
+  c.num_layers = 8;
+  c.vocab_size = 1000;
+  c.intermediate_size = 512;
+  c.first_k_dense_replace = 1;
+  c.attn_res_block_size = 4;
+  c.mla_heads = 4;
+  c.kv_lora_rank = 64;
+  c.qk_nope_head_dim = 32;
+  c.qk_rope_head_dim = 16;
+  c.v_head_dim = 32;
+  c.kda_heads = 4;
+  c.kda_head_dim = 32;
+  c.conv_kernel = 4;
+  c.num_experts = 16;
+  c.top_k = 4;
+  c.num_shared_experts = 1;
+  c.moe_intermediate_size = 128;
+  for (int l = 0; l < 8; ++l) c.layer_kind.push_back(l % 4 == 3 ? MixerKind::MLA : MixerKind::KDA);
+  m.trunk_bytes = {90 * kMiB, 40 * kMiB, 40 * kMiB, 25 * kMiB, 40 * kMiB, 40 * kMiB, 41 * kMiB, 26 * kMiB};
+  m.expert_bytes = 3 * kMiB + 100;
+  m.embed_bytes = 30 * kMiB;
+  m.lm_head_bytes = 30 * kMiB;
+  return m;
+}
+
+PlanOptions SmallOptions() {
+  PlanOptions o;
+  o.tokenizer_bytes = kMiB;
+  o.process_overhead = kMiB;
+  o.lm_head_window = 4 * kMiB;
+  o.embed_window = kMiB;
+  return o;
+}
+
+// Checks that hold for every plan, computed from the inputs rather than from the planner.
+void CheckInvariants(const PlanModel& m, const MemoryPlan& p) {
+  SCOPED_TRACE("budget " + std::to_string(p.budget));
+  int64_t sum = 0;
+  for (const auto& r : p.regions()) {
+    EXPECT_GE(r.bytes, 0) << r.region;
+    sum += r.bytes;
+  }
+  EXPECT_EQ(sum, p.total);
+  EXPECT_LE(p.total, p.budget);
+  EXPECT_GE(p.expert_slots, m.cfg.top_k);
+  EXPECT_GE(p.expert_slot_bytes, m.expert_bytes);
+  // Ring: at least 2 slots, each big enough for the largest unpinned layer once widened.
+  int64_t largest_unpinned = 0, smallest_pinned = INT64_MAX;
+  int64_t pinned_widened = 0;
+  for (int l = 0; l < m.cfg.num_layers; ++l) {
+    const bool pinned = std::count(p.pinned_layers.begin(), p.pinned_layers.end(), l) > 0;
+    if (pinned) {
+      smallest_pinned = std::min(smallest_pinned, m.trunk_bytes[l]);
+      pinned_widened += Widened(m.trunk_bytes[l]);
+    } else {
+      largest_unpinned = std::max(largest_unpinned, m.trunk_bytes[l]);
+    }
+  }
+  if (largest_unpinned > 0) {
+    EXPECT_GE(p.ring_slots, 2);
+    EXPECT_GE(p.ring_slot_bytes, Widened(largest_unpinned));
+    EXPECT_GE(p.ring_bytes, p.ring_slots * p.ring_slot_bytes);
+    // Largest first: nothing pinned is smaller than something left unpinned.
+    if (!p.pinned_layers.empty()) {
+      EXPECT_GE(smallest_pinned, largest_unpinned);
+    }
+  }
+  EXPECT_GE(p.pinned_bytes, pinned_widened);
+  // Trunk before experts: expert slots beyond top_k never hold as much as pinning the next
+  // candidate would have cost (its widened run plus possibly a header page).
+  const int64_t extra_expert = p.expert_arena_bytes - (p.expert_arena_bytes / p.expert_slot_bytes >= m.cfg.top_k
+                                                           ? p.expert_slot_bytes * m.cfg.top_k : 0);
+  int64_t next_cost = largest_unpinned ? Widened(largest_unpinned) + 4096 : 0;
+  if (!p.lm_head_resident) next_cost = std::max(next_cost, m.lm_head_bytes);
+  if (next_cost > 0 && p.expert_slots > m.cfg.top_k) {
+    EXPECT_LT(extra_expert, next_cost + 2 * 4096);
+  }
+}
+
+TEST(MemoryPlan, NeverExceedsBudgetAndKeepsInvariants) {
+  const PlanModel m = Synthetic();
+  const PlanOptions o = SmallOptions();
+  const int64_t floor = PlanFloor(m, o);
+  for (int64_t b = floor; b < floor + 600 * kMiB; b += 7 * kMiB + 12345) CheckInvariants(m, MakePlan(m, b, o));
+}
+
+TEST(MemoryPlan, BelowFloorRefusedWithTheFloorInTheMessage) {
+  const PlanModel m = Synthetic();
+  const PlanOptions o = SmallOptions();
+  const int64_t floor = PlanFloor(m, o);
+  EXPECT_NO_THROW(MakePlan(m, floor, o));
+  try {
+    MakePlan(m, floor - 1, o);
+    FAIL() << "budget below floor accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), kExitBudget);
+    EXPECT_NE(std::string(e.what()).find(std::to_string(floor)), std::string::npos) << e.what();
+  }
+  // The floor covers a ring of two largest layers and top_k experts at least.
+  EXPECT_GE(floor, 2 * Widened(90 * kMiB) + 4 * (3 * kMiB + 4096));
+}
+
+TEST(MemoryPlan, FloorIsMonotone) {
+  PlanModel m = Synthetic();
+  PlanOptions o = SmallOptions();
+  int64_t prev = 0;
+  for (int64_t ctx : {1, 128, 4096, 65536, 1 << 20}) {
+    o.context = ctx;
+    const int64_t f = PlanFloor(m, o);
+    EXPECT_GE(f, prev) << "context " << ctx;
+    prev = f;
+  }
+  o = SmallOptions();
+  const int64_t base = PlanFloor(m, o);
+  m.expert_bytes *= 2;
+  EXPECT_GT(PlanFloor(m, o), base);
+  m = Synthetic();
+  m.trunk_bytes[0] *= 2;  // the largest layer sets the ring slot size
+  EXPECT_GT(PlanFloor(m, o), base);
+  m = Synthetic();
+  m.cfg.top_k = 8;
+  EXPECT_GT(PlanFloor(m, o), base);
+}
+
+TEST(MemoryPlan, MoreBudgetPinsMoreThenGrowsExperts) {
+  const PlanModel m = Synthetic();
+  const PlanOptions o = SmallOptions();
+  const int64_t floor = PlanFloor(m, o);
+  size_t prev_pinned = 0;
+  int64_t prev_slots = 0;
+  bool all_pinned_seen = false;
+  for (int64_t b = floor; b < floor + 900 * kMiB; b += 3 * kMiB) {
+    const MemoryPlan p = MakePlan(m, b, o);
+    EXPECT_GE(p.pinned_layers.size(), prev_pinned) << "budget " << b;
+    const bool all = p.pinned_layers.size() == m.trunk_bytes.size() && p.lm_head_resident;
+    if (all && all_pinned_seen) {
+      EXPECT_GE(p.expert_slots, prev_slots) << "budget " << b;
+    }
+    all_pinned_seen = all_pinned_seen || all;
+    prev_pinned = p.pinned_layers.size();
+    prev_slots = p.expert_slots;
+  }
+  EXPECT_TRUE(all_pinned_seen);
+  const MemoryPlan big = MakePlan(m, 4 * kGiB, o);
+  EXPECT_EQ(big.ring_slots, 0);
+  EXPECT_TRUE(big.embed_resident);
+  EXPECT_EQ(big.expert_slots, 7 * 16);  // capped at every expert of every MoE layer
+}
+
+TEST(MemoryPlan, PinCapFromConfigLeavesMoreForExperts) {
+  const PlanModel m = Synthetic();
+  PlanOptions o = SmallOptions();
+  const MemoryPlan free_plan = MakePlan(m, 500 * kMiB, o);
+  o.max_pinned_trunk = 100 * kMiB;
+  const MemoryPlan capped = MakePlan(m, 500 * kMiB, o);
+  int64_t raw = 0;
+  for (int l : capped.pinned_layers) raw += m.trunk_bytes[l];
+  EXPECT_LE(raw, 100 * kMiB);
+  EXPECT_LT(capped.pinned_layers.size(), free_plan.pinned_layers.size());
+  EXPECT_GT(capped.expert_slots, free_plan.expert_slots);
+  EXPECT_LE(capped.total, capped.budget);
+}
+
+TEST(MemoryPlan, BadInputsAreUsageErrors) {
+  PlanModel m = Synthetic();
+  m.trunk_bytes.pop_back();
+  try {
+    PlanFloor(m, SmallOptions());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), kExitUsage);
+  }
+  PlanOptions o = SmallOptions();
+  o.ring_slots = 1;
+  EXPECT_THROW(PlanFloor(Synthetic(), o), Error);
+}
+
+TEST(ParseBudget, UnitsAndErrors) {
+  EXPECT_EQ(ParseBudget("8G"), 8 * kGiB);
+  EXPECT_EQ(ParseBudget("32g"), 32 * kGiB);
+  EXPECT_EQ(ParseBudget("512M"), 512 * kMiB);
+  EXPECT_EQ(ParseBudget("1.5T"), 3 * (1ll << 39));
+  EXPECT_EQ(ParseBudget("32GiB"), 32 * kGiB);
+  EXPECT_EQ(ParseBudget("4096"), 4096);
+  EXPECT_GT(ParseBudget("auto"), 0);
+  for (const char* bad : {"", "G", "-5G", "1.2.3G", "12Q", "0", "1e3G", "8 G"}) {
+    try {
+      ParseBudget(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), kExitUsage) << bad;
+    }
+  }
+}
+
+// ---------------------------- the real release ----------------------------
+
+class RealRelease : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cfg_ = new ModelConfig(LoadModelConfig(std::string(K3_RELEASE_DATA_DIR) + "/config.json"));
+  }
+  static void TearDownTestSuite() { delete cfg_; }
+  static ModelConfig* cfg_;
+};
+ModelConfig* RealRelease::cfg_ = nullptr;
+
+TEST_F(RealRelease, TrunkSizesFromShapesAndReleaseDtypes) {
+  const PlanModel m = PlanModelFromConfig(*cfg_);
+  ASSERT_EQ(m.trunk_bytes.size(), 93u);
+  const int64_t total = std::accumulate(m.trunk_bytes.begin(), m.trunk_bytes.end(), int64_t{0});
+  std::cout << "real trunk total " << total << " bytes, layer 0 " << m.trunk_bytes[0] << ", layer 1 "
+            << m.trunk_bytes[1] << ", layer 3 " << m.trunk_bytes[3] << "\n";
+  EXPECT_NEAR(static_cast<double>(total), 108.81e9, 0.01e9);  // K3-MODEL.md §2.5
+  // Shard 1 (layer 0 only, dense) is 2,341,216,112 bytes including its header (Appendix B).
+  EXPECT_LT(m.trunk_bytes[0], 2341216112);
+  EXPECT_GT(m.trunk_bytes[0], 2341216112 - 16384);
+  EXPECT_EQ(m.expert_bytes, 17547264);
+  // Largest layer is the dense layer 0; KDA layers are larger than MLA layers.
+  EXPECT_EQ(std::max_element(m.trunk_bytes.begin(), m.trunk_bytes.end()) - m.trunk_bytes.begin(), 0);
+  EXPECT_GT(m.trunk_bytes[1], m.trunk_bytes[3]);
+}
+
+TEST_F(RealRelease, EveryTrunkTensorIsInTheIndexInItsLayersShard) {
+  const SafetensorsIndex idx = LoadSafetensorsIndex(std::string(K3_RELEASE_DATA_DIR) + "/model.safetensors.index.json.gz");
+  size_t n = 0;
+  for (int l = 0; l < cfg_->num_layers; ++l) {
+    char shard[64];
+    std::snprintf(shard, sizeof shard, "model-%05d-of-000096.safetensors", l + 1);
+    for (const auto& name : LayerTrunkNames(*cfg_, l)) {
+      auto it = idx.weight_map.find(name);
+      ASSERT_NE(it, idx.weight_map.end()) << name;
+      EXPECT_EQ(it->second, shard) << name;
+      ++n;
+    }
+  }
+  EXPECT_EQ(n, 2460u - 5u);  // K3-MODEL.md §2.4: 2,460 text tensors, 5 of them model-level
+}
+
+TEST_F(RealRelease, PlansAt8G32G128G) {
+  const PlanModel m = PlanModelFromConfig(*cfg_);
+  const PlanOptions o;
+  const int64_t floor = PlanFloor(m, o);
+  std::cout << "real floor (context " << o.context << "): " << FormatBytes(floor) << "\n";
+  EXPECT_LT(floor, 8 * kGiB);
+  size_t prev_pinned = 0;
+  for (int64_t gib : {8, 32, 128}) {
+    const MemoryPlan p = MakePlan(m, gib * kGiB, o);
+    std::cout << "---- budget " << gib << "G: " << p.pinned_layers.size() << " layers pinned, lm_head "
+              << (p.lm_head_resident ? "resident" : "streamed") << ", " << p.expert_slots << " expert slots\n"
+              << p.Table();
+    CheckInvariants(m, p);
+    EXPECT_GE(p.pinned_layers.size(), prev_pinned);
+    prev_pinned = p.pinned_layers.size();
+    if (gib == 128) {
+      EXPECT_GE(p.pinned_layers.size(), 85u) << "most trunk layers pinned at 128G";
+      EXPECT_GT(p.expert_slots, 100);
+    }
+  }
+  // A 1M-token context needs a bigger floor (the MLA cache grows with it).
+  PlanOptions longctx;
+  longctx.context = 1 << 20;
+  EXPECT_GT(PlanFloor(m, longctx), floor);
+}
+
+}  // namespace
+}  // namespace k3::plan
