@@ -1,4 +1,5 @@
 """Shared helpers of the model gates: locating the engine, running both sides, comparing."""
+import hashlib
 import json
 import os
 import shlex
@@ -44,7 +45,9 @@ def model_dir():
 
 
 def work_dir(name):
-    d = os.path.join(testdata(), "gate-work", os.environ.get("K3_GATE_MODEL", "tiny"), name)
+    # One folder per (engine command, model, gate) so parallel ctest runs never share files.
+    tag = hashlib.sha1(os.environ.get("K3_COMPUTE", "").encode()).hexdigest()[:8]
+    d = os.path.join(testdata(), "gate-work", tag, os.environ.get("K3_GATE_MODEL", "tiny"), name)
     os.makedirs(d, exist_ok=True)
     return d
 
