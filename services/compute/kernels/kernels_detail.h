@@ -22,10 +22,11 @@ void DenseAvx2(const void* w, bool bf16, int64_t rows, int64_t cols, const float
                float* y);
 
 // `scale` maps an E8M0 byte to 2^(s-127) (NaN for 255). The AVX2 body needs group % 32 == 0
-// and uses `half_scale` = 2^(s-128), because it decodes E2M1 as exact int8 values times two.
+// and scratch space `x_perm` of T*cols floats (it reorders x to its decode lane order).
 void Mxfp4Scalar(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
                  int64_t group, const float* scale, const float* x, int64_t T, float* y);
 void Mxfp4Avx2(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
-               int64_t group, const float* half_scale, const float* x, int64_t T, float* y);
+               int64_t group, const float* scale, const float* x, int64_t T, float* x_perm,
+               float* y);
 
 }  // namespace k3::kern::detail

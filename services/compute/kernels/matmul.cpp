@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "../../../common/error.h"
 #include "kernels_detail.h"
@@ -18,16 +19,12 @@ namespace {
 constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-// E8M0 byte -> 2^(s-127) and 2^(s-128), built once with ldexpf so s = 0 gets the exact
-// subnormal 2^-127 (a bit trick on the exponent field would give 0).
+// E8M0 byte -> 2^(s-127), built once with ldexpf so s = 0 gets the exact subnormal 2^-127
+// (a bit trick on the exponent field would give 0).
 struct ScaleTables {
   float scale[256];
-  float half_scale[256];
   ScaleTables() {
-    for (int s = 0; s < 256; ++s) {
-      scale[s] = E8M0Scale(static_cast<uint8_t>(s));
-      half_scale[s] = s == 255 ? scale[s] : std::ldexp(1.0f, s - 128);
-    }
+    for (int s = 0; s < 256; ++s) scale[s] = E8M0Scale(static_cast<uint8_t>(s));
   }
 };
 const ScaleTables& Tables() {
@@ -151,7 +148,8 @@ void MatmulMxfp4Avx2(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
     detail::Mxfp4Scalar(W.packed, W.scales, W.rows, W.cols, W.group, Tables().scale, X, T, Y);
     return;
   }
-  detail::Mxfp4Avx2(W.packed, W.scales, W.rows, W.cols, W.group, Tables().half_scale, X, T, Y);
+  std::vector<float> x_perm(static_cast<size_t>(T * W.cols));
+  detail::Mxfp4Avx2(W.packed, W.scales, W.rows, W.cols, W.group, Tables().scale, X, T, x_perm.data(), Y);
 }
 
 void MatmulMxfp4(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {

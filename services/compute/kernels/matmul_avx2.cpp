@@ -97,61 +97,106 @@ void DenseRows(const WT* w, int64_t r0, int64_t r1, int64_t cols, const float* x
   }
 }
 
-// 32 E2M1 codes (16 bytes, element 2j in the low nibble of byte j) -> 32 floats holding twice
-// the E2M1 value. Doubling makes every value an int8 (0,1,2,3,4,6,8,12 and negatives), so a
-// pshufb table lookup plus an int->float convert decodes exactly; the scale absorbs the 2.
-inline void Decode32(const uint8_t* p, __m256 w[4]) {
-  const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(b, low4));
-  const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b, 4), low4));
-  const __m128i e0 = _mm_unpacklo_epi8(lo, hi);  // elements 0..15 in order
-  const __m128i e1 = _mm_unpackhi_epi8(lo, hi);  // elements 16..31
-  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e0));
-  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(e0, 8)));
-  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e1));
-  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(e1, 8)));
+// 32 E2M1 codes (16 bytes, element 2j in the low nibble of byte j) -> four vectors of 8
+// floats, each equal to 2^25 times the E2M1 value. Steps, chosen to need few shuffles:
+//  - both 128-bit halves get the 16 bytes; the low half keeps the low nibbles (even elements),
+//    the high half the high nibbles (odd elements);
+//  - pshufb looks up 2*E2M1, an exact int8 (0,1,2,3,4,6,8,12 and negatives);
+//  - pshufb moves byte 4k+j of each half into the top byte of dword j (zeros below), so the
+//    int32 is value * 2^24 with the right sign, and an int->float convert is exact.
+// Vector k holds elements 8k + {0,2,4,6,1,3,5,7}; x is permuted the same way (PermuteX).
+inline void Decode32(const uint8_t* p, __m256i lut, __m256i low4, __m256i shift, const __m256i spread[4],
+                     __m256 w[4]) {
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i codes = _mm256_and_si256(_mm256_srlv_epi32(b, shift), low4);
+  const __m256i v = _mm256_shuffle_epi8(lut, codes);
+  for (int k = 0; k < 4; ++k) w[k] = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, spread[k]));
 }
 
-// One MXFP4 row against NT tokens. Per group and token: two partial sums over the group's
-// 32-column blocks, added, times the group scale into one of two running accumulators
-// (even/odd group, for latency). Decoding is shared by the NT tokens.
+// Decoded values carry 2 (doubling) * 2^24 (top byte); removed per group, exactly.
+constexpr float kDecodeUnscale = 1.0f / 33554432.0f;  // 2^-25
+
+// Per-group constants of Decode32, built once per row block.
+struct DecodeConsts {
+  __m256i lut, low4, shift, spread[4];
+  DecodeConsts() {
+    lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                           0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    low4 = _mm256_set1_epi8(0x0F);
+    shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    for (int k = 0; k < 4; ++k) {
+      const char b = static_cast<char>(4 * k);  // -1 has the top bit set: pshufb writes zero
+      spread[k] = _mm256_setr_epi8(-1, -1, -1, b, -1, -1, -1, b + 1, -1, -1, -1, b + 2, -1, -1, -1, b + 3,
+                                   -1, -1, -1, b, -1, -1, -1, b + 1, -1, -1, -1, b + 2, -1, -1, -1, b + 3);
+    }
+  }
+};
+
+// Group g of one row against NT tokens: two partial sums over the group's 32-column blocks,
+// added and unscaled (the group scale is applied by the caller).
 template <int NT>
-void Mxfp4Block(const uint8_t* pr, const uint8_t* sr, int64_t cols, int64_t group,
-                const float* half_scale, const float* x, float* y, int64_t rows) {
-  __m256 acc[NT][2];
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
-  const int64_t ngroups = cols / group;
-  for (int64_t g = 0; g < ngroups; ++g) {
-    const int64_t c0 = g * group;
-    __m256 w[4];
-    __m256 p0[NT], p1[NT];
-    Decode32(pr + c0 / 2, w);
+inline void GroupSums(const uint8_t* pr, int64_t g, int64_t cols, int64_t group, const DecodeConsts& k,
+                      const float* x, __m256 out[NT]) {
+  const int64_t c0 = g * group;
+  __m256 w[4];
+  __m256 p0[NT], p1[NT];
+  Decode32(pr + c0 / 2, k.lut, k.low4, k.shift, k.spread, w);
+  for (int j = 0; j < NT; ++j) {
+    const float* xs = x + j * cols + c0;
+    p0[j] = _mm256_mul_ps(w[0], _mm256_loadu_ps(xs));
+    p1[j] = _mm256_mul_ps(w[1], _mm256_loadu_ps(xs + 8));
+    p0[j] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xs + 16), p0[j]);
+    p1[j] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xs + 24), p1[j]);
+  }
+  // Groups wider than 32 (not used by K3) keep feeding the same two partial sums.
+  for (int64_t c = c0 + 32; c < c0 + group; c += 32) {
+    Decode32(pr + c / 2, k.lut, k.low4, k.shift, k.spread, w);
     for (int j = 0; j < NT; ++j) {
-      const float* xs = x + j * cols + c0;
-      p0[j] = _mm256_mul_ps(w[0], _mm256_loadu_ps(xs));
-      p1[j] = _mm256_mul_ps(w[1], _mm256_loadu_ps(xs + 8));
+      const float* xs = x + j * cols + c;
+      p0[j] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xs), p0[j]);
+      p1[j] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xs + 8), p1[j]);
       p0[j] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xs + 16), p0[j]);
       p1[j] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xs + 24), p1[j]);
     }
-    // Groups wider than 32 (not used by K3) keep feeding the same two partial sums.
-    for (int64_t c = c0 + 32; c < c0 + group; c += 32) {
-      Decode32(pr + c / 2, w);
-      for (int j = 0; j < NT; ++j) {
-        const float* xs = x + j * cols + c;
-        p0[j] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xs), p0[j]);
-        p1[j] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xs + 8), p1[j]);
-        p0[j] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xs + 16), p0[j]);
-        p1[j] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xs + 24), p1[j]);
-      }
-    }
-    const __m256 s = _mm256_set1_ps(half_scale[sr[g]]);
-    for (int j = 0; j < NT; ++j) {
-      acc[j][g & 1] = _mm256_fmadd_ps(_mm256_add_ps(p0[j], p1[j]), s, acc[j][g & 1]);
+  }
+  const __m256 unscale = _mm256_set1_ps(kDecodeUnscale);
+  for (int j = 0; j < NT; ++j) out[j] = _mm256_mul_ps(_mm256_add_ps(p0[j], p1[j]), unscale);
+}
+
+// One MXFP4 row against NT tokens (x already permuted). Each group's sum, times its scale,
+// goes into one of two running accumulators (even/odd group, to hide the FMA latency); the
+// loop is unrolled by two so both stay in registers. Decoding is shared by the NT tokens.
+template <int NT>
+void Mxfp4Block(const uint8_t* pr, const uint8_t* sr, int64_t cols, int64_t group,
+                const float* scale, const DecodeConsts& k, const float* x, float* y, int64_t rows) {
+  __m256 even[NT], odd[NT], gs[NT];
+  for (int j = 0; j < NT; ++j) even[j] = odd[j] = _mm256_setzero_ps();
+  const int64_t ngroups = cols / group;
+  int64_t g = 0;
+  for (; g + 2 <= ngroups; g += 2) {
+    GroupSums<NT>(pr, g, cols, group, k, x, gs);
+    const __m256 s0 = _mm256_set1_ps(scale[sr[g]]);
+    for (int j = 0; j < NT; ++j) even[j] = _mm256_fmadd_ps(gs[j], s0, even[j]);
+    GroupSums<NT>(pr, g + 1, cols, group, k, x, gs);
+    const __m256 s1 = _mm256_set1_ps(scale[sr[g + 1]]);
+    for (int j = 0; j < NT; ++j) odd[j] = _mm256_fmadd_ps(gs[j], s1, odd[j]);
+  }
+  if (g < ngroups) {
+    GroupSums<NT>(pr, g, cols, group, k, x, gs);
+    const __m256 s0 = _mm256_set1_ps(scale[sr[g]]);
+    for (int j = 0; j < NT; ++j) even[j] = _mm256_fmadd_ps(gs[j], s0, even[j]);
+  }
+  for (int j = 0; j < NT; ++j) y[j * rows] = HSum(_mm256_add_ps(even[j], odd[j]));
+}
+
+// Reorders x inside each block of 8 to the lane order of Decode32: 0,2,4,6,1,3,5,7.
+void PermuteX(const float* x, int64_t n, float* out) {
+  for (int64_t b = 0; b < n; b += 8) {
+    for (int i = 0; i < 4; ++i) {
+      out[b + i] = x[b + 2 * i];
+      out[b + 4 + i] = x[b + 2 * i + 1];
     }
   }
-  for (int j = 0; j < NT; ++j) y[j * rows] = HSum(_mm256_add_ps(acc[j][0], acc[j][1]));
 }
 
 }  // namespace
@@ -172,12 +217,16 @@ void DenseAvx2(const void* w, bool bf16, int64_t rows, int64_t cols, const float
 }
 
 void Mxfp4Avx2(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
-               int64_t group, const float* half_scale, const float* x, int64_t T, float* y) {
+               int64_t group, const float* scale, const float* x_in, int64_t T, float* x_perm,
+               float* y) {
+  PermuteX(x_in, T * cols, x_perm);  // cols % 32 == 0, so blocks of 8 never straddle tokens
+  const float* x = x_perm;
   const int64_t nblocks = (rows + kRowBlock - 1) / kRowBlock;
   const int64_t ngroups = cols / group;
   const bool parallel = rows * cols * T >= kParallelMinWork;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t b = 0; b < nblocks; ++b) {
+    const DecodeConsts k;
     const int64_t r1 = Min(rows, (b + 1) * kRowBlock);
     for (int64_t r = b * kRowBlock; r < r1; ++r) {
       const uint8_t* pr = packed + r * (cols / 2);
@@ -186,10 +235,10 @@ void Mxfp4Avx2(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64
         const float* xt = x + t * cols;
         float* yt = y + t * rows + r;
         switch (Min(4, T - t)) {
-          case 4: Mxfp4Block<4>(pr, sr, cols, group, half_scale, xt, yt, rows); break;
-          case 3: Mxfp4Block<3>(pr, sr, cols, group, half_scale, xt, yt, rows); break;
-          case 2: Mxfp4Block<2>(pr, sr, cols, group, half_scale, xt, yt, rows); break;
-          default: Mxfp4Block<1>(pr, sr, cols, group, half_scale, xt, yt, rows); break;
+          case 4: Mxfp4Block<4>(pr, sr, cols, group, scale, k, xt, yt, rows); break;
+          case 3: Mxfp4Block<3>(pr, sr, cols, group, scale, k, xt, yt, rows); break;
+          case 2: Mxfp4Block<2>(pr, sr, cols, group, scale, k, xt, yt, rows); break;
+          default: Mxfp4Block<1>(pr, sr, cols, group, scale, k, xt, yt, rows); break;
         }
       }
     }
