@@ -30,16 +30,23 @@ inline __m256 Load8(const uint16_t* w) {
 }
 
 // NR rows x NT tokens of a dense product. Each output owns two 8-lane accumulators fed by
-// 16-column steps (lanes 0-7 and 8-15 of the step); a short tail goes through zero-padded
-// copies so it uses the same lanes. w points at row r, x at token t, y at Y[t*rows + r].
+// 16-column steps (lanes 0-7 and 8-15 of the step). This runs the steps over [c0, c1),
+// starting from the accumulators saved in `st` ([NR][NT][2]; nullptr = start from zero).
+// With `last`, it then runs the tail (zero-padded copies, so the tail uses the same lanes) and
+// reduces into y; otherwise it saves the accumulators back, which is exact, so splitting the
+// columns into chunks does not change the result. w points at row r, x at token t,
+// y at Y[t*rows + r].
 template <typename WT, int NR, int NT>
-void DenseBlock(const WT* w, const float* x, int64_t cols, float* y, int64_t rows) {
+void DenseBlock(const WT* w, const float* x, int64_t cols, int64_t c0, int64_t c1, __m256* st,
+                bool last, float* y, int64_t rows) {
   __m256 a0[NR][NT], a1[NR][NT];
   for (int i = 0; i < NR; ++i) {
-    for (int j = 0; j < NT; ++j) a0[i][j] = a1[i][j] = _mm256_setzero_ps();
+    for (int j = 0; j < NT; ++j) {
+      a0[i][j] = st ? st[(i * NT + j) * 2] : _mm256_setzero_ps();
+      a1[i][j] = st ? st[(i * NT + j) * 2 + 1] : _mm256_setzero_ps();
+    }
   }
-  int64_t c = 0;
-  for (; c + 16 <= cols; c += 16) {
+  for (int64_t c = c0; c < c1; c += 16) {
     for (int i = 0; i < NR; ++i) {
       const __m256 w0 = Load8(w + i * cols + c);
       const __m256 w1 = Load8(w + i * cols + c + 8);
@@ -49,15 +56,24 @@ void DenseBlock(const WT* w, const float* x, int64_t cols, float* y, int64_t row
       }
     }
   }
-  if (c < cols) {
-    const int64_t n = cols - c;
+  if (!last) {
+    for (int i = 0; i < NR; ++i) {
+      for (int j = 0; j < NT; ++j) {
+        st[(i * NT + j) * 2] = a0[i][j];
+        st[(i * NT + j) * 2 + 1] = a1[i][j];
+      }
+    }
+    return;
+  }
+  if (c1 < cols) {
+    const int64_t n = cols - c1;
     alignas(32) float xt[NT][16] = {};
     for (int j = 0; j < NT; ++j) {
-      for (int64_t k = 0; k < n; ++k) xt[j][k] = x[j * cols + c + k];
+      for (int64_t k = 0; k < n; ++k) xt[j][k] = x[j * cols + c1 + k];
     }
     for (int i = 0; i < NR; ++i) {
       alignas(32) WT wt[16] = {};
-      for (int64_t k = 0; k < n; ++k) wt[k] = w[i * cols + c + k];
+      for (int64_t k = 0; k < n; ++k) wt[k] = w[i * cols + c1 + k];
       const __m256 w0 = Load8(wt);
       const __m256 w1 = Load8(wt + 8);
       for (int j = 0; j < NT; ++j) {
@@ -71,28 +87,47 @@ void DenseBlock(const WT* w, const float* x, int64_t cols, float* y, int64_t row
   }
 }
 
+// Several tokens: x for a chunk of kTokChunk tokens and kColChunk columns (16 KB) stays in L1
+// while every row of the block passes over it; the row block's weights stay in L2 across token
+// chunks. Partial accumulators live in `st` between column chunks.
+constexpr int64_t kColChunk = 512;
+constexpr int64_t kTokChunk = 8;
+
 template <typename WT>
 void DenseRows(const WT* w, int64_t r0, int64_t r1, int64_t cols, const float* x, int64_t T,
                float* y, int64_t rows) {
+  const int64_t cols16 = cols - cols % 16;
   if (T == 1) {
     // One token: interleave four rows so eight FMA chains hide the FMA latency.
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) DenseBlock<WT, 4, 1>(w + r * cols, x, cols, y + r, rows);
-    for (; r < r1; ++r) DenseBlock<WT, 1, 1>(w + r * cols, x, cols, y + r, rows);
+    for (; r + 4 <= r1; r += 4) {
+      DenseBlock<WT, 4, 1>(w + r * cols, x, cols, 0, cols16, nullptr, true, y + r, rows);
+    }
+    for (; r < r1; ++r) DenseBlock<WT, 1, 1>(w + r * cols, x, cols, 0, cols16, nullptr, true, y + r, rows);
     return;
   }
-  // Several tokens: one row at a time (it stays in L1), up to four tokens per pass over it.
-  for (int64_t r = r0; r < r1; ++r) {
-    const WT* wr = w + r * cols;
-    for (int64_t t = 0; t < T; t += 4) {
-      const float* xt = x + t * cols;
-      float* yt = y + t * rows + r;
-      switch (Min(4, T - t)) {
-        case 4: DenseBlock<WT, 1, 4>(wr, xt, cols, yt, rows); break;
-        case 3: DenseBlock<WT, 1, 3>(wr, xt, cols, yt, rows); break;
-        case 2: DenseBlock<WT, 1, 2>(wr, xt, cols, yt, rows); break;
-        default: DenseBlock<WT, 1, 1>(wr, xt, cols, yt, rows); break;
+  __m256 st[kRowBlock * kTokChunk * 2];
+  for (int64_t tc = 0; tc < T; tc += kTokChunk) {
+    const int64_t tend = Min(T, tc + kTokChunk);
+    for (auto& v : st) v = _mm256_setzero_ps();
+    for (int64_t c0 = 0;; c0 += kColChunk) {
+      const int64_t c1 = Min(cols16, c0 + kColChunk);
+      const bool last = c1 >= cols16;
+      for (int64_t r = r0; r < r1; ++r) {
+        const WT* wr = w + r * cols;
+        for (int64_t t = tc; t < tend; t += 4) {
+          const float* xt = x + t * cols;
+          float* yt = y + t * rows + r;
+          __m256* s = st + ((r - r0) * kTokChunk + (t - tc)) * 2;
+          switch (Min(4, tend - t)) {
+            case 4: DenseBlock<WT, 1, 4>(wr, xt, cols, c0, c1, s, last, yt, rows); break;
+            case 3: DenseBlock<WT, 1, 3>(wr, xt, cols, c0, c1, s, last, yt, rows); break;
+            case 2: DenseBlock<WT, 1, 2>(wr, xt, cols, c0, c1, s, last, yt, rows); break;
+            default: DenseBlock<WT, 1, 1>(wr, xt, cols, c0, c1, s, last, yt, rows); break;
+          }
+        }
       }
+      if (last) break;
     }
   }
 }

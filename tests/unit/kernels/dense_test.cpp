@@ -73,7 +73,7 @@ INSTANTIATE_TEST_SUITE_P(
     OddSizes, DenseShapes,
     ::testing::Combine(::testing::Values(WFormat::F32, WFormat::BF16),
                        ::testing::Values(1, 3, 17, 37),           // rows (block of 16 / 4)
-                       ::testing::Values(1, 7, 15, 16, 33, 257, 1000),  // cols: tails of 16
+                       ::testing::Values(1, 7, 15, 16, 33, 257, 1000, 1553),  // tails of 16, column chunks
                        ::testing::Values(1, 2, 3, 5, 9)));        // tokens: blocks of 4
 
 TEST(Dense, LargeRowsCancellation) {

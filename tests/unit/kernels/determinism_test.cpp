@@ -80,7 +80,7 @@ void CheckContract(const Kernel& k) {
 }
 
 // Large enough (rows * cols >= the parallel threshold) that T=1 calls go parallel too.
-constexpr int64_t kRows = 203, kDenseCols = 523, kMxCols = 512;
+constexpr int64_t kRows = 203, kDenseCols = 1300, kMxCols = 512;  // 1300: several column chunks
 
 Kernel DenseKernel(const std::string& name, const DenseMat& W,
                    void (*fn)(const DenseMat&, const float*, int64_t, float*)) {
