@@ -1,9 +1,86 @@
 #include "common/json_strict.h"
 
-#include <unordered_set>
 #include <vector>
 
 namespace k3 {
+namespace {
+
+using json = nlohmann::json;
+
+// SAX handler that builds the DOM itself so a repeated key is caught where it is inserted
+// (one map lookup, no side table). nlohmann's own DOM builder would silently overwrite it.
+class StrictDomBuilder {
+ public:
+  explicit StrictDomBuilder(json& root) : root_(root) {}
+
+  bool null() { return Put(nullptr) != nullptr; }
+  bool boolean(bool v) { return Put(v) != nullptr; }
+  bool number_integer(json::number_integer_t v) { return Put(v) != nullptr; }
+  bool number_unsigned(json::number_unsigned_t v) { return Put(v) != nullptr; }
+  bool number_float(json::number_float_t v, const json::string_t&) { return Put(v) != nullptr; }
+  bool string(json::string_t& v) { return Put(std::move(v)) != nullptr; }
+  bool binary(json::binary_t& v) { return Put(json::binary(std::move(v))) != nullptr; }
+  bool start_object(std::size_t) {
+    stack_.push_back(Put(json::object()));
+    return true;
+  }
+  bool key(json::string_t& k) {
+    auto& obj = stack_.back()->get_ref<json::object_t&>();
+    auto [it, inserted] = obj.emplace(k, nullptr);
+    if (!inserted) {
+      duplicate_ = k;
+      return false;  // stops the parse
+    }
+    slot_ = &it->second;  // std::map nodes are stable
+    return true;
+  }
+  bool end_object() {
+    stack_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) {
+    stack_.push_back(Put(json::array()));
+    return true;
+  }
+  bool end_array() {
+    stack_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
+    error_ = ex.what();
+    return false;
+  }
+
+  const std::string& error() const { return error_; }
+  const std::string& duplicate() const { return duplicate_; }
+
+ private:
+  // Places a value in the open container (or as the root) and returns where it lives.
+  // An array element's address is only kept while it is the last element, so later
+  // push_backs into that array (which may reallocate) never happen while it is on the stack.
+  json* Put(json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json* top = stack_.back();
+    if (top->is_array()) {
+      auto& arr = top->get_ref<json::array_t&>();
+      arr.push_back(std::move(v));
+      return &arr.back();
+    }
+    *slot_ = std::move(v);
+    return slot_;
+  }
+
+  json& root_;
+  std::vector<json*> stack_;
+  json* slot_ = nullptr;
+  std::string error_;
+  std::string duplicate_;
+};
+
+}  // namespace
 
 std::string Printable(std::string_view s) {
   static const char kHex[] = "0123456789abcdef";
@@ -24,43 +101,19 @@ std::string Printable(std::string_view s) {
 }
 
 nlohmann::json ParseJsonStrict(std::string_view text, const std::string& what_for, ExitCode code) {
-  // One key set per open object; a key seen twice in the same object is recorded and
-  // reported after parsing (throwing from inside the callback would also work, but
-  // keeping the parser's own error path separate makes the messages clearer).
-  std::vector<std::unordered_set<std::string>> open;
-  std::string duplicate;
-  bool have_duplicate = false;
-  auto cb = [&](int /*depth*/, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
-    switch (ev) {
-      case nlohmann::json::parse_event_t::object_start:
-        open.emplace_back();
-        break;
-      case nlohmann::json::parse_event_t::object_end:
-        if (!open.empty()) open.pop_back();
-        break;
-      case nlohmann::json::parse_event_t::key:
-        if (!open.empty() && !open.back().insert(parsed.get<std::string>()).second &&
-            !have_duplicate) {
-          have_duplicate = true;
-          duplicate = parsed.get<std::string>();
-        }
-        break;
-      default:
-        break;
-    }
-    return true;
-  };
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/true,
-                              /*ignore_comments=*/false);
-  } catch (const nlohmann::json::exception& e) {
-    // nlohmann messages are single-line; they carry the byte position and the reason
-    // (including "ill-formed UTF-8 byte").
-    throw Error(code, what_for + ": invalid JSON: " + Printable(e.what()));
+  json root;
+  StrictDomBuilder sax(root);
+  const char* begin = text.data();
+  const bool ok = json::sax_parse(begin, begin + text.size(), &sax, json::input_format_t::json,
+                                  /*strict=*/true, /*ignore_comments=*/false);
+  if (!ok) {
+    if (!sax.error().empty())
+      // nlohmann messages are single-line; they carry the byte position and the reason
+      // (including "ill-formed UTF-8 byte").
+      throw Error(code, what_for + ": invalid JSON: " + Printable(sax.error()));
+    throw Error(code, what_for + ": duplicate key \"" + Printable(sax.duplicate()) + "\"");
   }
-  if (have_duplicate) throw Error(code, what_for + ": duplicate key \"" + Printable(duplicate) + "\"");
-  return j;
+  return root;
 }
 
 }  // namespace k3

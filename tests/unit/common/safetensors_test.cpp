@@ -207,3 +207,30 @@ TEST_F(SafetensorsTest, HeaderNotAnObject) {
 
 }  // namespace
 }  // namespace k3
+
+namespace k3 {
+namespace {
+
+TEST(SafetensorsJson, DuplicateFieldInsideEntry) {
+  test::TempDir d;
+  const std::string p = d / "m.safetensors";
+  test::WriteFile(p, "{\"a\":{\"dtype\":\"U8\",\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
+  test::ExpectBadModel([&] { SafetensorsFile::Open(p); }, {p, "duplicate", "dtype"});
+}
+
+TEST(SafetensorsJson, DeepNestingIsAnErrorNotACrash) {
+  test::TempDir d;
+  const std::string p = d / "m.safetensors";
+  test::WriteFile(p, "{\"a\":" + std::string(200000, '[') + std::string(200000, ']') + "}", 0);
+  test::ExpectBadModel([&] { SafetensorsFile::Open(p); }, {p, "tensor a"});
+}
+
+TEST(SafetensorsJson, TrailingGarbageAfterHeader) {
+  test::TempDir d;
+  const std::string p = d / "m.safetensors";
+  test::WriteFile(p, "{}x", 0);
+  test::ExpectBadModel([&] { SafetensorsFile::Open(p); }, {p, "invalid JSON"});
+}
+
+}  // namespace
+}  // namespace k3
