@@ -248,4 +248,51 @@ ByteRange ExpertRange(const Checkpoint& ck, int layer, int expert) {
   return r;
 }
 
+namespace {
+
+std::string ShapeStr(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(s[i]);
+  }
+  return out + "]";
+}
+
+void CheckTensor(const Checkpoint& ck, const std::string& name, const std::vector<int64_t>& shape,
+                 const std::vector<int64_t>& alt_shape, bool expert) {
+  if (!ck.has(name)) throw BadModel(ck.dir() + ": tensor " + name + " is missing");
+  const TensorInfo& t = ck.at(name);
+  if (t.shape != shape && t.shape != alt_shape)
+    throw BadModel(ck.dir() + ": tensor " + name + " has shape " + ShapeStr(t.shape) + ", expected " + ShapeStr(shape));
+  const bool ok = expert ? t.dtype == DType::U8 : (t.dtype == DType::F32 || t.dtype == DType::BF16);
+  if (!ok)
+    throw BadModel(ck.dir() + ": tensor " + name + " has dtype " + DTypeName(t.dtype) + ", expected " +
+                   (expert ? "U8" : "F32 or BF16"));
+}
+
+}  // namespace
+
+void ValidateCheckpoint(const Checkpoint& ck, const ModelConfig& cfg) {
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    for (TensorRole r : LayerTrunkRoles(cfg, l)) {
+      const std::vector<int64_t> shape = ExpectedShape(cfg, r);
+      const std::vector<int64_t> alt = r == TensorRole::kKdaALog ? std::vector<int64_t>{cfg.kda_heads} : shape;
+      CheckTensor(ck, LayerTensorName(l, r), shape, alt, false);
+    }
+    if (cfg.is_dense(l)) continue;
+    for (int e = 0; e < cfg.num_experts; ++e)
+      for (ExpertProj w : {ExpertProj::kW1, ExpertProj::kW2, ExpertProj::kW3})
+        for (bool s : {false, true}) {
+          const std::vector<int64_t> shape = ExpectedExpertShape(cfg, w, s);
+          CheckTensor(ck, ExpertTensorName(l, e, w, s), shape, shape, true);
+        }
+  }
+  for (ModelRole r : {ModelRole::kEmbedTokens, ModelRole::kLmHead, ModelRole::kNorm, ModelRole::kOutputAttnResNorm,
+                      ModelRole::kOutputAttnResProj}) {
+    const std::vector<int64_t> shape = ExpectedShape(cfg, r);
+    CheckTensor(ck, ModelTensorName(r), shape, shape, false);
+  }
+}
+
 }  // namespace k3

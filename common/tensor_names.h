@@ -107,4 +107,10 @@ ByteRange LayerTrunkRange(const Checkpoint& ck, const ModelConfig& cfg, int laye
 // (the fetcher reads an expert with one request).
 ByteRange ExpertRange(const Checkpoint& ck, int layer, int expert);
 
+// Checks that every tensor the config implies (trunk of every layer, every expert, the model
+// level) is present with the expected shape and a usable dtype: F32 or BF16 for trunk and
+// model tensors (the release mixes both, §2.6), U8 for expert tensors. A_log may be [heads]
+// or padded to [head_dim]. Throws BadModel naming the first offending tensor.
+void ValidateCheckpoint(const Checkpoint& ck, const ModelConfig& cfg);
+
 }  // namespace k3

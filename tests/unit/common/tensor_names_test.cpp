@@ -155,6 +155,47 @@ TEST(TensorRanges, HandMadeShards) {
     prev_end = r.end;
   }
   ExpectBadModel([&] { ExpertRange(ck, 1, 4); }, {dir.path(), "experts.4"});
+  // No model-level tensors were written.
+  ExpectBadModel([&] { ValidateCheckpoint(ck, c); }, {dir.path(), "embed_tokens", "missing"});
+}
+
+TEST(TensorRanges, ValidateCheckpointShapeAndDType) {
+  const ModelConfig c = ParseModelConfig(kTinyConfig, "tiny.json");
+  auto write_and_validate = [&](const std::string& bad_name, const std::string& dtype, std::vector<int64_t> shape,
+                                const std::vector<std::string>& needles) {
+    test::TempDir dir;
+    std::vector<test::Tensor> ts;
+    for (int l = 0; l < 3; ++l) {
+      auto lt = LayerTensors(c, l);
+      ts.insert(ts.end(), lt.begin(), lt.end());
+    }
+    for (ModelRole r : {ModelRole::kEmbedTokens, ModelRole::kLmHead, ModelRole::kNorm, ModelRole::kOutputAttnResNorm,
+                        ModelRole::kOutputAttnResProj})
+      ts.push_back({ModelTensorName(r), "BF16", ExpectedShape(c, r)});
+    for (auto& t : ts)
+      if (t.name == bad_name) {
+        t.dtype = dtype;
+        t.shape = shape;
+      }
+    int64_t n = 0;
+    const std::string hdr = test::HeaderJson(test::Pack(ts, &n));
+    test::WriteFile(dir / "model.safetensors", hdr, n);
+    const Checkpoint ck = Checkpoint::Open(dir.path());
+    if (needles.empty()) {
+      EXPECT_NO_THROW(ValidateCheckpoint(ck, c));
+    } else {
+      std::vector<std::string> all = {dir.path(), bad_name};
+      all.insert(all.end(), needles.begin(), needles.end());
+      ExpectBadModel([&] { ValidateCheckpoint(ck, c); }, all);
+    }
+  };
+  // Control: everything as released; A_log unpadded ([heads]) and F32 norms are accepted too.
+  write_and_validate(LayerTensorName(1, TensorRole::kKdaALog), "F32", {2}, {});
+  write_and_validate(LayerTensorName(1, TensorRole::kInputLayernorm), "F32", {64}, {});
+  write_and_validate(LayerTensorName(2, TensorRole::kMlaKvBProj), "BF16", {64, 31}, {"shape [64,31]", "[64,32]"});
+  write_and_validate(LayerTensorName(1, TensorRole::kKdaALog), "F32", {3}, {"shape [3]"});
+  write_and_validate(ExpertTensorName(1, 3, ExpertProj::kW3, true), "F32", {32, 2}, {"dtype F32", "U8"});
+  write_and_validate(ModelTensorName(ModelRole::kLmHead), "I32", {32, 64}, {"dtype I32"});
 }
 
 TEST(TensorRanges, NonContiguousExpertAndSplitTrunk) {
@@ -234,6 +275,7 @@ TEST(TensorRanges, GeneratedTinyCheckpoint) {
     EXPECT_EQ(ck.at(ModelTensorName(r)).shape, ExpectedShape(c, r));
   }
   for (const auto& [name, info] : ck.all()) EXPECT_TRUE(produced.count(name)) << "unexpected tensor " << name;
+  EXPECT_NO_THROW(ValidateCheckpoint(ck, c));
 }
 
 }  // namespace
