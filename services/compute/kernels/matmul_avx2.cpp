@@ -198,28 +198,59 @@ inline void GroupSums(const uint8_t* pr, int64_t g, int64_t cols, int64_t group,
   for (int j = 0; j < NT; ++j) out[j] = _mm256_mul_ps(_mm256_add_ps(p0[j], p1[j]), unscale);
 }
 
-// One MXFP4 row against NT tokens (x already permuted). Each group's sum, times its scale,
-// goes into one of two running accumulators (even/odd group, to hide the FMA latency); the
-// loop is unrolled by two so both stay in registers. Decoding is shared by the NT tokens.
+// acc[j] += scale * (sum of group g for token j). For 32-wide groups (all of K3) each token's
+// partial sums are finished before the next token's start, which keeps the register count low
+// enough for NT = 4 without spilling; the arithmetic per token is the same as GroupSums.
+template <int NT>
+inline void GroupAccumulate(const uint8_t* pr, int64_t g, int64_t cols, int64_t group, float s,
+                            const DecodeConsts& k, const float* x, __m256 acc[NT]) {
+  const __m256 sv = _mm256_set1_ps(s);
+  if (group != 32) {
+    __m256 gs[NT];
+    GroupSums<NT>(pr, g, cols, group, k, x, gs);
+    for (int j = 0; j < NT; ++j) acc[j] = _mm256_fmadd_ps(gs[j], sv, acc[j]);
+    return;
+  }
+  const int64_t c0 = g * 32;
+  __m256 w[4];
+  Decode32(pr + c0 / 2, k.lut, k.low4, k.shift, k.spread, w);
+  const __m256 unscale = _mm256_set1_ps(kDecodeUnscale);
+  for (int j = 0; j < NT; ++j) {
+    const float* xs = x + j * cols + c0;
+    __m256 p0 = _mm256_mul_ps(w[0], _mm256_loadu_ps(xs));
+    __m256 p1 = _mm256_mul_ps(w[1], _mm256_loadu_ps(xs + 8));
+    p0 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xs + 16), p0);
+    p1 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xs + 24), p1);
+    acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_add_ps(p0, p1), unscale), sv, acc[j]);
+  }
+}
+
+// One MXFP4 row against NT tokens (x already permuted), groups [g0, g1) with g0 even. Each
+// group's sum, times its scale, goes into one of two running accumulators (even/odd group, to
+// hide the FMA latency); the loop is unrolled by two so both stay in registers. Decoding is
+// shared by the NT tokens. Accumulators start from / are saved to `st` ([NT][2], nullptr =
+// start from zero) exactly as in DenseBlock; with `last` the result is reduced into y.
 template <int NT>
 void Mxfp4Block(const uint8_t* pr, const uint8_t* sr, int64_t cols, int64_t group,
-                const float* scale, const DecodeConsts& k, const float* x, float* y, int64_t rows) {
-  __m256 even[NT], odd[NT], gs[NT];
-  for (int j = 0; j < NT; ++j) even[j] = odd[j] = _mm256_setzero_ps();
-  const int64_t ngroups = cols / group;
-  int64_t g = 0;
-  for (; g + 2 <= ngroups; g += 2) {
-    GroupSums<NT>(pr, g, cols, group, k, x, gs);
-    const __m256 s0 = _mm256_set1_ps(scale[sr[g]]);
-    for (int j = 0; j < NT; ++j) even[j] = _mm256_fmadd_ps(gs[j], s0, even[j]);
-    GroupSums<NT>(pr, g + 1, cols, group, k, x, gs);
-    const __m256 s1 = _mm256_set1_ps(scale[sr[g + 1]]);
-    for (int j = 0; j < NT; ++j) odd[j] = _mm256_fmadd_ps(gs[j], s1, odd[j]);
+                const float* scale, const DecodeConsts& k, const float* x, int64_t g0, int64_t g1,
+                __m256* st, bool last, float* y, int64_t rows) {
+  __m256 even[NT], odd[NT];
+  for (int j = 0; j < NT; ++j) {
+    even[j] = st ? st[2 * j] : _mm256_setzero_ps();
+    odd[j] = st ? st[2 * j + 1] : _mm256_setzero_ps();
   }
-  if (g < ngroups) {
-    GroupSums<NT>(pr, g, cols, group, k, x, gs);
-    const __m256 s0 = _mm256_set1_ps(scale[sr[g]]);
-    for (int j = 0; j < NT; ++j) even[j] = _mm256_fmadd_ps(gs[j], s0, even[j]);
+  int64_t g = g0;
+  for (; g + 2 <= g1; g += 2) {
+    GroupAccumulate<NT>(pr, g, cols, group, scale[sr[g]], k, x, even);
+    GroupAccumulate<NT>(pr, g + 1, cols, group, scale[sr[g + 1]], k, x, odd);
+  }
+  if (g < g1) GroupAccumulate<NT>(pr, g, cols, group, scale[sr[g]], k, x, even);  // last chunk only
+  if (!last) {
+    for (int j = 0; j < NT; ++j) {
+      st[2 * j] = even[j];
+      st[2 * j + 1] = odd[j];
+    }
+    return;
   }
   for (int j = 0; j < NT; ++j) y[j * rows] = HSum(_mm256_add_ps(even[j], odd[j]));
 }
@@ -259,21 +290,43 @@ void Mxfp4Avx2(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64
   const int64_t nblocks = (rows + kRowBlock - 1) / kRowBlock;
   const int64_t ngroups = cols / group;
   const bool parallel = rows * cols * T >= kParallelMinWork;
+  // Column chunks of an even number of groups (~512 columns) keep the even/odd accumulator
+  // assignment by absolute group index.
+  const int64_t chunk = (kColChunk / group) >= 2 ? (kColChunk / group) & ~int64_t{1} : 2;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t b = 0; b < nblocks; ++b) {
     const DecodeConsts k;
-    const int64_t r1 = Min(rows, (b + 1) * kRowBlock);
-    for (int64_t r = b * kRowBlock; r < r1; ++r) {
-      const uint8_t* pr = packed + r * (cols / 2);
-      const uint8_t* sr = scales + r * ngroups;
-      for (int64_t t = 0; t < T; t += 4) {
-        const float* xt = x + t * cols;
-        float* yt = y + t * rows + r;
-        switch (Min(4, T - t)) {
-          case 4: Mxfp4Block<4>(pr, sr, cols, group, scale, k, xt, yt, rows); break;
-          case 3: Mxfp4Block<3>(pr, sr, cols, group, scale, k, xt, yt, rows); break;
-          case 2: Mxfp4Block<2>(pr, sr, cols, group, scale, k, xt, yt, rows); break;
-          default: Mxfp4Block<1>(pr, sr, cols, group, scale, k, xt, yt, rows); break;
+    const int64_t r0 = b * kRowBlock, r1 = Min(rows, r0 + kRowBlock);
+    if (T == 1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        Mxfp4Block<1>(packed + r * (cols / 2), scales + r * ngroups, cols, group, scale, k, x, 0,
+                      ngroups, nullptr, true, y + r, rows);
+      }
+      continue;
+    }
+    // Several tokens: as in DenseRows, x for kTokChunk tokens and one column chunk stays in
+    // L1 while the block's rows pass over it.
+    __m256 st[kRowBlock * kTokChunk * 2];
+    for (int64_t tc = 0; tc < T; tc += kTokChunk) {
+      const int64_t tend = Min(T, tc + kTokChunk);
+      for (auto& v : st) v = _mm256_setzero_ps();
+      for (int64_t g0 = 0; g0 < ngroups; g0 += chunk) {
+        const int64_t g1 = Min(ngroups, g0 + chunk);
+        const bool last = g1 == ngroups;
+        for (int64_t r = r0; r < r1; ++r) {
+          const uint8_t* pr = packed + r * (cols / 2);
+          const uint8_t* sr = scales + r * ngroups;
+          for (int64_t t = tc; t < tend; t += 4) {
+            const float* xt = x + t * cols;
+            float* yt = y + t * rows + r;
+            __m256* s = st + ((r - r0) * kTokChunk + (t - tc)) * 2;
+            switch (Min(4, tend - t)) {
+              case 4: Mxfp4Block<4>(pr, sr, cols, group, scale, k, xt, g0, g1, s, last, yt, rows); break;
+              case 3: Mxfp4Block<3>(pr, sr, cols, group, scale, k, xt, g0, g1, s, last, yt, rows); break;
+              case 2: Mxfp4Block<2>(pr, sr, cols, group, scale, k, xt, g0, g1, s, last, yt, rows); break;
+              default: Mxfp4Block<1>(pr, sr, cols, group, scale, k, xt, g0, g1, s, last, yt, rows); break;
+            }
+          }
         }
       }
     }
