@@ -201,11 +201,11 @@ inline void GroupSums(const uint8_t* pr, int64_t g, int64_t cols, int64_t group,
 // acc[j] += scale * (sum of group g for token j). For 32-wide groups (all of K3) each token's
 // partial sums are finished before the next token's start, which keeps the register count low
 // enough for NT = 4 without spilling; the arithmetic per token is the same as GroupSums.
-template <int NT>
+template <int NT, bool kGroup32>
 inline void GroupAccumulate(const uint8_t* pr, int64_t g, int64_t cols, int64_t group, float s,
                             const DecodeConsts& k, const float* x, __m256 acc[NT]) {
   const __m256 sv = _mm256_set1_ps(s);
-  if (group != 32) {
+  if (!kGroup32) {
     __m256 gs[NT];
     GroupSums<NT>(pr, g, cols, group, k, x, gs);
     for (int j = 0; j < NT; ++j) acc[j] = _mm256_fmadd_ps(gs[j], sv, acc[j]);
@@ -230,7 +230,7 @@ inline void GroupAccumulate(const uint8_t* pr, int64_t g, int64_t cols, int64_t 
 // hide the FMA latency); the loop is unrolled by two so both stay in registers. Decoding is
 // shared by the NT tokens. Accumulators start from / are saved to `st` ([NT][2], nullptr =
 // start from zero) exactly as in DenseBlock; with `last` the result is reduced into y.
-template <int NT>
+template <int NT, bool kGroup32>
 void Mxfp4Block(const uint8_t* pr, const uint8_t* sr, int64_t cols, int64_t group,
                 const float* scale, const DecodeConsts& k, const float* x, int64_t g0, int64_t g1,
                 __m256* st, bool last, float* y, int64_t rows) {
@@ -241,10 +241,10 @@ void Mxfp4Block(const uint8_t* pr, const uint8_t* sr, int64_t cols, int64_t grou
   }
   int64_t g = g0;
   for (; g + 2 <= g1; g += 2) {
-    GroupAccumulate<NT>(pr, g, cols, group, scale[sr[g]], k, x, even);
-    GroupAccumulate<NT>(pr, g + 1, cols, group, scale[sr[g + 1]], k, x, odd);
+    GroupAccumulate<NT, kGroup32>(pr, g, cols, group, scale[sr[g]], k, x, even);
+    GroupAccumulate<NT, kGroup32>(pr, g + 1, cols, group, scale[sr[g + 1]], k, x, odd);
   }
-  if (g < g1) GroupAccumulate<NT>(pr, g, cols, group, scale[sr[g]], k, x, even);  // last chunk only
+  if (g < g1) GroupAccumulate<NT, kGroup32>(pr, g, cols, group, scale[sr[g]], k, x, even);  // last chunk only
   if (!last) {
     for (int j = 0; j < NT; ++j) {
       st[2 * j] = even[j];
@@ -253,6 +253,19 @@ void Mxfp4Block(const uint8_t* pr, const uint8_t* sr, int64_t cols, int64_t grou
     return;
   }
   for (int j = 0; j < NT; ++j) y[j * rows] = HSum(_mm256_add_ps(even[j], odd[j]));
+}
+
+// Mxfp4Block for a run-time token count of 1..4.
+template <bool kGroup32>
+void Mxfp4Tokens(int nt, const uint8_t* pr, const uint8_t* sr, int64_t cols, int64_t group,
+                 const float* scale, const DecodeConsts& k, const float* x, int64_t g0, int64_t g1,
+                 __m256* st, bool last, float* y, int64_t rows) {
+  switch (nt) {
+    case 4: Mxfp4Block<4, kGroup32>(pr, sr, cols, group, scale, k, x, g0, g1, st, last, y, rows); break;
+    case 3: Mxfp4Block<3, kGroup32>(pr, sr, cols, group, scale, k, x, g0, g1, st, last, y, rows); break;
+    case 2: Mxfp4Block<2, kGroup32>(pr, sr, cols, group, scale, k, x, g0, g1, st, last, y, rows); break;
+    default: Mxfp4Block<1, kGroup32>(pr, sr, cols, group, scale, k, x, g0, g1, st, last, y, rows); break;
+  }
 }
 
 // Reorders x inside each block of 8 to the lane order of Decode32: 0,2,4,6,1,3,5,7.
@@ -299,8 +312,13 @@ void Mxfp4Avx2(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64
     const int64_t r0 = b * kRowBlock, r1 = Min(rows, r0 + kRowBlock);
     if (T == 1) {
       for (int64_t r = r0; r < r1; ++r) {
-        Mxfp4Block<1>(packed + r * (cols / 2), scales + r * ngroups, cols, group, scale, k, x, 0,
-                      ngroups, nullptr, true, y + r, rows);
+        const uint8_t* pr = packed + r * (cols / 2);
+        const uint8_t* sr = scales + r * ngroups;
+        if (group == 32) {
+          Mxfp4Block<1, true>(pr, sr, cols, group, scale, k, x, 0, ngroups, nullptr, true, y + r, rows);
+        } else {
+          Mxfp4Block<1, false>(pr, sr, cols, group, scale, k, x, 0, ngroups, nullptr, true, y + r, rows);
+        }
       }
       continue;
     }
@@ -320,11 +338,11 @@ void Mxfp4Avx2(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64
             const float* xt = x + t * cols;
             float* yt = y + t * rows + r;
             __m256* s = st + ((r - r0) * kTokChunk + (t - tc)) * 2;
-            switch (Min(4, tend - t)) {
-              case 4: Mxfp4Block<4>(pr, sr, cols, group, scale, k, xt, g0, g1, s, last, yt, rows); break;
-              case 3: Mxfp4Block<3>(pr, sr, cols, group, scale, k, xt, g0, g1, s, last, yt, rows); break;
-              case 2: Mxfp4Block<2>(pr, sr, cols, group, scale, k, xt, g0, g1, s, last, yt, rows); break;
-              default: Mxfp4Block<1>(pr, sr, cols, group, scale, k, xt, g0, g1, s, last, yt, rows); break;
+            const int nt = static_cast<int>(Min(4, tend - t));
+            if (group == 32) {
+              Mxfp4Tokens<true>(nt, pr, sr, cols, group, scale, k, xt, g0, g1, s, last, yt, rows);
+            } else {
+              Mxfp4Tokens<false>(nt, pr, sr, cols, group, scale, k, xt, g0, g1, s, last, yt, rows);
             }
           }
         }
