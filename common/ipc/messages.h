@@ -64,7 +64,11 @@ struct LayerFailed {
   std::string detail;
   bool operator==(const LayerFailed&) const = default;
 };
-using Message = std::variant<LayerReady, LayerDone, LayerFailed>;
+struct LayerWant {
+  int32_t layer = 0;
+  bool operator==(const LayerWant&) const = default;
+};
+using Message = std::variant<LayerReady, LayerDone, LayerFailed, LayerWant>;
 }  // namespace weights
 
 namespace experts {

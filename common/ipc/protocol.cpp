@@ -198,6 +198,13 @@ Encoded Encode(const weights::LayerFailed& m) {
   return Finish(fbb, Protocol::kWeights, fbw::Message::LayerFailed);
 }
 
+Encoded Encode(const weights::LayerWant& m) {
+  FlatBufferBuilder fbb(48);
+  auto msg = fbw::CreateLayerWant(fbb, m.layer);
+  fbw::FinishSizePrefixedEnvelopeBuffer(fbb, fbw::CreateEnvelope(fbb, fbw::Message::LayerWant, msg.Union()));
+  return Finish(fbb, Protocol::kWeights, fbw::Message::LayerWant);
+}
+
 Result<weights::Message> DecodeWeights(std::span<const uint8_t> kind, std::span<const uint8_t> payload) {
   using R = Result<weights::Message>;
   return DecodeWith<fbw::Envelope, weights::Message>(
@@ -218,6 +225,8 @@ Result<weights::Message> DecodeWeights(std::span<const uint8_t> kind, std::span<
             if (m->error() > fbw::Error::MAX) return R::Fail("LayerFailed.error out of range");
             return R::Ok(weights::LayerFailed{m->layer(), static_cast<weights::Error>(m->error()), Str(m->detail())});
           }
+          case fbw::Message::LayerWant:
+            return R::Ok(weights::LayerWant{e->message_as_LayerWant()->layer()});
           default:
             return R::Fail("unknown weights message type");
         }

@@ -53,6 +53,7 @@ Encoded Encode(const control::Stats& m);
 Encoded Encode(const weights::LayerReady& m);
 Encoded Encode(const weights::LayerDone& m);
 Encoded Encode(const weights::LayerFailed& m);
+Encoded Encode(const weights::LayerWant& m);
 Encoded Encode(const experts::ExpertRequest& m);
 Encoded Encode(const experts::ExpertReady& m);
 Encoded Encode(const experts::ExpertRelease& m);

@@ -37,6 +37,8 @@ TEST(Protocol, WeightsRoundTrip) {
   RoundTrip(weights::LayerDone{5, 1, 7}, DecodeWeights, "weights.LayerDone");
   RoundTrip(weights::LayerFailed{7, weights::Error::kReadFailed, "model-00008: EIO"}, DecodeWeights,
             "weights.LayerFailed");
+  RoundTrip(weights::LayerWant{0}, DecodeWeights, "weights.LayerWant");
+  RoundTrip(weights::LayerWant{93}, DecodeWeights, "weights.LayerWant");
 }
 
 TEST(Protocol, ExpertsRoundTrip) {
