@@ -17,6 +17,10 @@ namespace {
 
 using nlohmann::json;
 
+constexpr int64_t kMaxWidth = int64_t{1} << 20;   // hidden, intermediate, ranks, experts
+constexpr int64_t kMaxCount = int64_t{1} << 12;   // layers, heads, per-head dims
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
 // A JSON object plus the dotted path used to name its fields in errors.
 struct Obj {
   const json& j;
@@ -42,9 +46,12 @@ struct Obj {
     if (v.is_number_integer()) return v.get<int64_t>();
     Fail(key, "must be an integer, got " + Printable(v.dump()));
   }
-  int64_t PosInt(const std::string& key) const {
+  // Positive and at most `max`; the caps keep every derived byte count far from int64
+  // overflow while leaving orders of magnitude of room above the release values.
+  int64_t PosInt(const std::string& key, int64_t max = kMaxWidth) const {
     const int64_t v = Int(key);
     if (v <= 0) Fail(key, "must be positive, got " + std::to_string(v));
+    if (v > max) Fail(key, "implausibly large (" + std::to_string(v) + " > " + std::to_string(max) + ")");
     return v;
   }
   double Num(const std::string& key) const {
@@ -147,8 +154,8 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& fi
   ModelConfig c;
   // ---- trunk ----
   c.hidden_size = tc.PosInt("hidden_size");
-  c.num_layers = tc.PosInt("num_hidden_layers");
-  c.vocab_size = tc.PosInt("vocab_size");
+  c.num_layers = tc.PosInt("num_hidden_layers", kMaxCount);
+  c.vocab_size = tc.PosInt("vocab_size", kMaxVocab);
   c.rms_norm_eps = tc.Num("rms_norm_eps");
   if (c.rms_norm_eps <= 0) tc.Fail("rms_norm_eps", "must be positive");
   if (tc.Str("hidden_act") != "situ")
@@ -179,26 +186,23 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& fi
   if (c.routed_scaling_factor <= 0) tc.Fail("routed_scaling_factor", "must be positive");
 
   // ---- Gated MLA (NoPE) ----
-  c.mla_heads = tc.PosInt("num_attention_heads");
+  c.mla_heads = tc.PosInt("num_attention_heads", kMaxCount);
   if (tc.Int("num_key_value_heads") != c.mla_heads)
     tc.Fail("num_key_value_heads", "must equal num_attention_heads (no GQA in MLA)");
   c.q_lora_rank = tc.PosInt("q_lora_rank");
   c.kv_lora_rank = tc.PosInt("kv_lora_rank");
-  c.qk_nope_head_dim = tc.PosInt("qk_nope_head_dim");
-  c.qk_rope_head_dim = tc.PosInt("qk_rope_head_dim");
-  c.v_head_dim = tc.PosInt("v_head_dim");
+  c.qk_nope_head_dim = tc.PosInt("qk_nope_head_dim", kMaxCount);
+  c.qk_rope_head_dim = tc.PosInt("qk_rope_head_dim", kMaxCount);
+  c.v_head_dim = tc.PosInt("v_head_dim", kMaxCount);
   if (!tc.Bool("mla_use_nope")) tc.Fail("mla_use_nope", "must be true (rotary embeddings are not implemented)");
   if (!tc.Bool("mla_use_output_gate")) tc.Fail("mla_use_output_gate", "must be true (ungated MLA is not implemented)");
 
   // ---- KDA ----
   const Obj lac = tc.Sub("linear_attn_config");
-  c.kda_heads = lac.PosInt("num_heads");
-  c.kda_head_dim = lac.PosInt("head_dim");
-  int64_t proj = 0;
-  if (__builtin_mul_overflow(c.kda_heads, c.kda_head_dim, &proj) || proj > (int64_t{1} << 31))
-    lac.Fail("head_dim", "num_heads x head_dim is too large");
+  c.kda_heads = lac.PosInt("num_heads", kMaxCount);
+  c.kda_head_dim = lac.PosInt("head_dim", kMaxCount);
   c.conv_kernel = lac.Int("short_conv_kernel_size");
-  if (c.conv_kernel < 1) lac.Fail("short_conv_kernel_size", "must be at least 1");
+  if (c.conv_kernel < 1 || c.conv_kernel > 1024) lac.Fail("short_conv_kernel_size", "must be in 1..1024");
   c.gate_lower_bound = lac.Num("gate_lower_bound");
   if (c.gate_lower_bound >= 0) lac.Fail("gate_lower_bound", "must be negative (log-decay lower bound)");
   if (!lac.Bool("use_full_rank_gate"))
@@ -212,7 +216,7 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& fi
     tc.Fail("num_experts_per_token", "must be in 1..num_experts (" + std::to_string(c.num_experts) +
                                          "), got " + std::to_string(c.top_k));
   c.num_shared_experts = tc.Int("num_shared_experts");
-  if (c.num_shared_experts < 0) tc.Fail("num_shared_experts", "must not be negative");
+  if (c.num_shared_experts < 0 || c.num_shared_experts > 1024) tc.Fail("num_shared_experts", "must be in 0..1024");
   c.moe_intermediate_size = tc.PosInt("moe_intermediate_size");
   c.latent_size = tc.PosInt("routed_expert_hidden_size");
   if (!tc.Bool("latent_moe_use_norm"))
