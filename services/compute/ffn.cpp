@@ -1,7 +1,9 @@
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "../../common/error.h"
 #include "mixers.h"
 #include "ops.h"
 
@@ -49,8 +51,14 @@ void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, Expe
   experts.Request(layer, wanted);
   std::vector<float> yk(static_cast<size_t>(T * K * L));  // expert output per (token, rank)
   std::vector<float> X, A, B, Y;
+  std::vector<char> done(static_cast<size_t>(E), 0);
   for (size_t n = 0; n < wanted.size(); ++n) {
     const int32_t e = experts.NextReady(layer);
+    // A source that hands out an unrequested or repeated expert would corrupt the sum.
+    if (e < 0 || e >= E || slots[static_cast<size_t>(e)].empty() || done[static_cast<size_t>(e)])
+      throw RuntimeFailure("layer " + std::to_string(layer) + ": expert source returned expert " +
+                           std::to_string(e) + " which was not pending");
+    done[static_cast<size_t>(e)] = 1;
     const ExpertWeights ew = experts.Acquire(layer, e);
     const auto& rows = slots[static_cast<size_t>(e)];
     const int64_t R = static_cast<int64_t>(rows.size());

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "../../common/error.h"
 #include "mixers.h"
 #include "ops.h"
 
@@ -48,6 +49,7 @@ void Forward::Reset() { state_.Reset(cfg_); }
 
 void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logits,
                   Tracer* trace) {
+  if (T <= 0) throw RuntimeFailure("forward: empty chunk");
   const int64_t H = cfg_.hidden_size;
   const double eps = cfg_.rms_norm_eps;
   const size_t TH = static_cast<size_t>(T * H);

@@ -157,6 +157,31 @@ TEST_F(TinyModel, ExpertArrivalOrderDoesNotChangeBits) {
   EXPECT_GT(rev.handed_, 0);
 }
 
+// A source that hands out an expert nobody asked for must be refused, not summed.
+class WrongExperts : public ReversedExperts {
+ public:
+  using ReversedExperts::ReversedExperts;
+  int32_t NextReady(int64_t layer) override {
+    const int32_t e = ReversedExperts::NextReady(layer);
+    return e == 0 ? 1 : 0;  // 0 and 1 cannot both be the requested one each time
+  }
+};
+
+TEST_F(TinyModel, UnrequestedExpertIsRefused) {
+  WrongExperts bad(*experts_);
+  Forward f(cfg_, globals_, *layers_, bad);
+  // Route a whole prompt: some layer requests neither 0 nor 1 first, or requests only one.
+  const auto ids = Prompt();
+  try {
+    f.Run(ids.data(), 1, false, nullptr, nullptr);
+    f.Run(ids.data() + 1, 11, false, nullptr, nullptr);
+    FAIL() << "forward summed an expert that was not pending";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), kExitRuntime);
+    EXPECT_NE(std::string(e.what()).find("not pending"), std::string::npos) << e.what();
+  }
+}
+
 // Resolver that serves the tiny checkpoint but lies about one tensor's metadata.
 struct Tampered {
   std::string name;
