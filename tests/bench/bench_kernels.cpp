@@ -92,14 +92,24 @@ int Run(int argc, char** argv) {
 
   std::printf("k3-bench-kernels: cpu avx2+fma=%s, dispatch=%s, max threads=%d\n",
               k3::kern::CpuHasAvx2Fma() ? "yes" : "no", k3::kern::ActiveIsa(), omp_get_max_threads());
+  // Other processes competing for the cores make every number below meaningless; say so.
+  double load = 0.0;
+  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = 0.0;
+    std::fclose(f);
+  }
+  if (load > 0.5 * omp_get_num_procs()) {
+    std::printf("warning: 1-minute load average %.1f on %d cpus; timings are not representative\n",
+                load, omp_get_num_procs());
+  }
 
   std::vector<uint64_t> buf(static_cast<size_t>(baseline_gib * (1 << 30)) / 8);
   for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;  // fault in
   double base[3] = {0, 0, 0};
   for (int th : {1, 2}) {
     base[th] = BaselineGBs(buf, th, reps);
-    std::printf("%-28s       %-6s threads=%d               %7.2f GB/s\n", "baseline sum 1 GiB", "", th,
-                base[th]);
+    const std::string label = "baseline sum " + std::to_string(baseline_gib).substr(0, 6) + " GiB";
+    std::printf("%-28s       %-6s threads=%d               %7.2f GB/s\n", label.c_str(), "", th, base[th]);
   }
   buf.clear();
   buf.shrink_to_fit();
