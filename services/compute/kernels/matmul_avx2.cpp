@@ -148,7 +148,8 @@ inline void Decode32(const uint8_t* p, __m256i lut, __m256i low4, __m256i shift,
   for (int k = 0; k < 4; ++k) w[k] = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(v, spread[k]));
 }
 
-// Decoded values carry 2 (doubling) * 2^24 (top byte); removed per group, exactly.
+// Decoded values carry 2 (doubling) * 2^24 (top byte); removed per group by a power-of-two
+// multiply, exact unless the group sum is subnormal.
 constexpr float kDecodeUnscale = 1.0f / 33554432.0f;  // 2^-25
 
 // Per-group constants of Decode32, built once per row block.
