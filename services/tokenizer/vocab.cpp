@@ -33,7 +33,8 @@ Error LineError(const std::string& name, size_t line, const std::string& what) {
 Vocab Vocab::Load(const std::string& dir) {
   const std::string model = dir + "/tiktoken.model";
   const std::string config = dir + "/tokenizer_config.json";
-  return Parse(ReadFile(model), ReadFile(config), model, config);
+  const std::string model_text = ReadFile(model);  // model first: errors name it first
+  return Parse(model_text, ReadFile(config), model, config);
 }
 
 Vocab Vocab::Parse(std::string_view model_text, std::string_view config_text,

@@ -34,7 +34,7 @@ class Vocab {
 
   // Bytes of an id; false if the id is neither a rank nor an added token.
   bool IdBytes(uint32_t id, std::string_view* out) const {
-    if (id + 1 >= id_off_.size() || !id_known_[id]) return false;
+    if (id >= id_known_.size() || !id_known_[id]) return false;  // no id + 1: it overflows
     *out = std::string_view(id_bytes_).substr(id_off_[id], id_off_[id + 1] - id_off_[id]);
     return true;
   }
