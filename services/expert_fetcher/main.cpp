@@ -1,0 +1,342 @@
+// k3-expert-fetcher: serves ExpertRequest from an LRU cache of expert slots in the experts
+// arena (docs/pipeline.md "Experts"). Process shell: flags, arena, sockets, loop; the cache
+// policy is expert_cache.h, the counters and trace files cache_trace.h.
+#include <CLI/CLI.hpp>
+#include <zmq.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/ipc/protocol.h"
+#include "common/ipc/shm_arena.h"
+#include "common/ipc/slot_table.h"
+#include "common/ipc/zmq_channel.h"
+#include "common/model_config.h"
+#include "common/safetensors.h"
+#include "common/tensor_names.h"
+#include "services/expert_fetcher/cache_trace.h"
+#include "services/expert_fetcher/expert_cache.h"
+#include "services/trunk_reader/read_worker.h"
+#include "services/trunk_reader/service_shell.h"
+#include "services/trunk_reader/trunk_layout.h"
+
+namespace k3::svc {
+namespace {
+
+using ipc::Clock;
+namespace x = ipc::experts;
+constexpr const char* kService = "expert-fetcher";
+
+struct Flags {
+  std::string model, control, bind, arena, io = "pread", dump_dir;
+  int inflight = 4;
+};
+
+double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Waiter {
+  std::string identity;
+  uint64_t request_id = 0;
+};
+
+// Where one expert's six tensors are read from (widened to 4096 bounds, clamped to the file).
+struct ExpertRun {
+  int shard = 0;
+  uint64_t begin = 0, wbegin = 0, wend = 0;
+};
+
+class ExpertFetcher {
+ public:
+  ExpertFetcher(const Flags& f, zmq::context_t& ctx, ControlLink& ctl) : f_(f), ctx_(ctx), ctl_(ctl) {}
+
+  void Start() {
+    ck_.emplace(Checkpoint::Open(f_.model));
+    cfg_ = LoadModelConfig(f_.model + "/config.json");
+    arena_ = ipc::ShmArena::Open(f_.arena, true);
+    table_.emplace(ipc::SlotTable::Attach(arena_));
+    // After a crash compute may still hold references: move every generation on.
+    for (uint32_t s = 0; s < table_->slot_count(); ++s) {
+      table_->BeginFill(s);
+      table_->Publish(s);
+    }
+    worker_.emplace(ctx_, "experts-io", f_.io, ck_->shard_paths(), f_.inflight);
+    for (size_t i = 0; i < ck_->shard_paths().size(); ++i) sizes_.push_back(worker_->file_size(static_cast<int>(i)));
+    // Every expert must fit a slot with its read window widened (the first byte then sits at
+    // begin % 4096 inside the slot, which compute derives from the shard header).
+    uint64_t widest = 0;
+    for (int l = static_cast<int>(cfg_.first_k_dense_replace); l < cfg_.num_layers; ++l)
+      for (int e = 0; e < cfg_.num_experts; ++e) {
+        const ExpertRun& r = Run(l, e);
+        widest = std::max(widest, r.wend - r.wbegin);
+      }
+    if (widest > table_->slot_bytes())
+      throw RuntimeFailure(f_.arena + ": expert slots hold " + std::to_string(table_->slot_bytes()) +
+                           " bytes, the widest expert read needs " + std::to_string(widest));
+    cache_.emplace(table_->slot_count());
+    trace_.emplace(static_cast<int>(cfg_.num_layers), static_cast<int>(cfg_.num_experts));
+    router_.emplace(ctx_, zmq::socket_type::router);
+    router_->set(zmq::sockopt::linger, 0);
+    router_->bind(f_.bind);
+  }
+
+  std::vector<ipc::control::Stat> StartStats() const {
+    return {{"expert_slots", static_cast<double>(table_->slot_count())},
+            {"slot_bytes", static_cast<double>(table_->slot_bytes())}};
+  }
+
+  void Serve() {
+    for (;;) {
+      zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0},
+                                 {worker_->notifier().handle(), 0, ZMQ_POLLIN, 0},
+                                 {ctl_.socket().handle(), 0, ZMQ_POLLIN, 0}};
+      try {
+        zmq::poll(items, 3, std::chrono::milliseconds(100));
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
+      }
+      if (StopRequested() || ctl_.ShutdownReceived()) return;
+      OnCompletions();
+      while (auto m = ipc::ReceiveVerified(*router_, true, ipc::DecodeExperts, Clock::now(), rejects_)) {
+        const std::string id = m->identity;
+        std::visit([this, &id](const auto& msg) { OnMessage(id, msg); }, m->message);
+      }
+      // Prefetch only when no demand read is queued or in flight, one expert at a time.
+      while (demand_inflight_ == 0 && worker_->pending() == 0 && !prefetch_.empty()) ServeOnePrefetch();
+    }
+  }
+
+  uint64_t rejected() const { return rejects_.rejected + ctl_.rejects().rejected; }
+
+  std::vector<ipc::control::Stat> FinalStats() const {
+    const double hr = trace_->requests() ? static_cast<double>(trace_->hits()) / trace_->requests() : 0;
+    return {{"requests", static_cast<double>(trace_->requests())},
+            {"hits", static_cast<double>(trace_->hits())},
+            {"misses", static_cast<double>(trace_->misses())},
+            {"hit_rate", hr},
+            {"bytes_read", static_cast<double>(bytes_read_)},
+            {"read_mb_s", MBps(bytes_read_, read_seconds_)},
+            {"prefetch_dropped", static_cast<double>(prefetch_dropped_)},
+            {"rejected_messages", static_cast<double>(rejected())}};
+  }
+
+  void Finish() {
+    const double hr = trace_->requests() ? 100.0 * trace_->hits() / trace_->requests() : 0;
+    std::fprintf(stderr,
+                 "[expert-fetcher] stats: %llu requests, hit rate %.1f%%, read %s in %.2f s (%.0f MB/s), "
+                 "%llu rejected messages\n",
+                 static_cast<unsigned long long>(trace_->requests()), hr, FormatBytes(bytes_read_).c_str(),
+                 read_seconds_, MBps(bytes_read_, read_seconds_), static_cast<unsigned long long>(rejected()));
+    if (!f_.dump_dir.empty()) trace_->Write(f_.dump_dir);
+  }
+
+ private:
+  const ExpertRun& Run(int layer, int expert) {
+    const uint64_t key = ExpertKey{layer, expert}.packed();
+    auto it = runs_.find(key);
+    if (it != runs_.end()) return it->second;
+    const ByteRange r = ExpertRange(*ck_, layer, expert);
+    ExpertRun run;
+    run.shard = r.shard;
+    run.begin = static_cast<uint64_t>(r.begin);
+    run.wbegin = AlignDown(run.begin);
+    run.wend = std::min(AlignUp(static_cast<uint64_t>(r.end)), sizes_.at(static_cast<size_t>(r.shard)));
+    return runs_.emplace(key, run).first->second;
+  }
+
+  bool Valid(int layer, int expert) const {
+    return layer >= cfg_.first_k_dense_replace && layer < cfg_.num_layers && expert >= 0 && expert < cfg_.num_experts;
+  }
+
+  void Fail(const std::string& id, uint64_t rid, int layer, int expert, x::Error err, const std::string& why) {
+    ipc::SendMessage(*router_, ipc::Encode(x::ExpertFailed{rid, layer, expert, err, why}), {}, id);
+  }
+
+  void SendReady(const std::string& id, uint64_t rid, uint32_t s) {
+    const auto& slot = cache_->slot(s);
+    cache_->Hold(s);
+    ipc::SendMessage(*router_,
+                     ipc::Encode(x::ExpertReady{rid, slot.key.layer, slot.key.expert, static_cast<int32_t>(s),
+                                                slot.generation}),
+                     {}, id);
+  }
+
+  // Starts reading `key` into a victim slot; false when every slot is held or filling.
+  bool StartRead(ExpertKey key, bool demand) {
+    const auto victim = cache_->PickVictim();
+    if (!victim) return false;
+    const ExpertRun& r = Run(key.layer, key.expert);
+    cache_->StartFill(*victim, key);
+    uint8_t* dst = table_->BeginFill(*victim);
+    if (worker_->pending() == 0) t_busy_ = Clock::now();
+    worker_->Submit({*victim, r.shard, {{r.wbegin, r.wend - r.wbegin, dst}}});
+    demand_fill_[*victim] = demand;
+    if (demand) ++demand_inflight_;
+    return true;
+  }
+
+  void OnMessage(const std::string& id, const x::ExpertRequest& m) {
+    if (m.priority == x::Priority::kPrefetch) {
+      prefetch_.push_back(m);
+      return;
+    }
+    std::vector<ExpertKey> misses;
+    for (int32_t e : m.experts) {
+      if (!Valid(m.layer, e)) {
+        Fail(id, m.request_id, m.layer, e, x::Error::kOutOfRange,
+             "layer " + std::to_string(m.layer) + " expert " + std::to_string(e) + " has no routed expert");
+        continue;
+      }
+      const auto s = cache_->Find({m.layer, e});
+      const bool hit = s && cache_->slot(*s).state == ExpertCache::State::kReady;
+      trace_->Record(m.layer, e, hit);
+      if (hit) {
+        cache_->Touch(*s);
+        SendReady(id, m.request_id, *s);
+      } else if (s) {
+        waiters_[*s].push_back({id, m.request_id});  // already in flight (prefetch or another request)
+        if (!demand_fill_[*s]) {
+          demand_fill_[*s] = true;
+          ++demand_inflight_;
+        }
+      } else {
+        misses.push_back({m.layer, e});
+      }
+    }
+    // Misses are read in file order.
+    std::sort(misses.begin(), misses.end(), [this](ExpertKey a, ExpertKey b) {
+      const ExpertRun &ra = Run(a.layer, a.expert), &rb = Run(b.layer, b.expert);
+      return std::pair(ra.shard, ra.begin) < std::pair(rb.shard, rb.begin);
+    });
+    for (ExpertKey k : misses) {
+      if (!StartRead(k, true)) {
+        Fail(id, m.request_id, k.layer, k.expert, x::Error::kNoSlot,
+             "all " + std::to_string(cache_->size()) + " expert slots are held or filling");
+        continue;
+      }
+      waiters_[*cache_->Find(k)].push_back({id, m.request_id});
+    }
+  }
+
+  void OnMessage(const std::string&, const x::ExpertRelease& m) {
+    const auto& slot = m.slot >= 0 && static_cast<uint32_t>(m.slot) < cache_->size() ? &cache_->slot(m.slot) : nullptr;
+    const bool same_key = slot && slot->key == ExpertKey{m.layer, m.expert};
+    if (!same_key || !cache_->Release(static_cast<uint32_t>(m.slot), m.generation)) {
+      ++rejects_.rejected;
+      rejects_.last_reason = "stale ExpertRelease for layer " + std::to_string(m.layer) + " expert " +
+                             std::to_string(m.expert) + " slot " + std::to_string(m.slot);
+    }
+  }
+
+  template <class M>
+  void OnMessage(const std::string&, const M&) {
+    ++rejects_.rejected;
+    rejects_.last_reason = "unexpected experts message from compute";
+  }
+
+  void ServeOnePrefetch() {
+    x::ExpertRequest& m = prefetch_.front();
+    while (!m.experts.empty()) {
+      const int32_t e = m.experts.front();
+      m.experts.erase(m.experts.begin());
+      if (!Valid(m.layer, e) || cache_->Find({m.layer, e})) continue;
+      if (!StartRead({m.layer, e}, false)) ++prefetch_dropped_;
+      return;  // at most one prefetch read queued at a time
+    }
+    prefetch_.pop_front();
+  }
+
+  void OnCompletions() {
+    std::vector<ReadDone> done = worker_->TakeCompleted();
+    if (done.empty()) return;
+    for (const ReadDone& d : done) {
+      const auto s = static_cast<uint32_t>(d.tag);
+      const ExpertKey key = cache_->slot(s).key;
+      std::vector<Waiter> waiting = std::move(waiters_[s]);
+      waiters_.erase(s);
+      if (demand_fill_[s]) --demand_inflight_;
+      demand_fill_[s] = false;
+      if (!d.error.empty()) {
+        std::cerr << "[expert-fetcher] " << d.error << "\n";
+        cache_->Abandon(s);
+        for (const Waiter& w : waiting) Fail(w.identity, w.request_id, key.layer, key.expert, x::Error::kReadFailed, d.error);
+        continue;
+      }
+      cache_->FinishFill(s, table_->Publish(s));
+      bytes_read_ += d.bytes;
+      for (const Waiter& w : waiting) SendReady(w.identity, w.request_id, s);
+    }
+    if (worker_->pending() == 0) read_seconds_ += Seconds(t_busy_);
+  }
+
+  Flags f_;
+  zmq::context_t& ctx_;
+  ControlLink& ctl_;
+  std::optional<Checkpoint> ck_;
+  ModelConfig cfg_;
+  std::vector<uint64_t> sizes_;
+  std::map<uint64_t, ExpertRun> runs_;
+  ipc::ShmArena arena_;
+  std::optional<ipc::SlotTable> table_;
+  std::optional<ExpertCache> cache_;
+  std::optional<CacheTrace> trace_;
+  std::optional<ReadWorker> worker_;
+  std::optional<zmq::socket_t> router_;
+  std::map<uint32_t, std::vector<Waiter>> waiters_;
+  std::map<uint32_t, bool> demand_fill_;
+  std::deque<x::ExpertRequest> prefetch_;
+  int demand_inflight_ = 0;
+  ipc::RejectCounter rejects_;
+  uint64_t bytes_read_ = 0, prefetch_dropped_ = 0;
+  double read_seconds_ = 0;
+  Clock::time_point t_busy_;
+};
+
+int RunMain(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"k3-expert-fetcher: routed experts into the shared expert arena (LRU)"};
+  app.add_option("--model", f.model, "checkpoint directory")->required();
+  app.add_option("--control", f.control, "launcher control endpoint")->required();
+  app.add_option("--bind", f.bind, "endpoint this service binds (ROUTER)")->required();
+  app.add_option("--arena", f.arena, "shm name of the experts arena")->required();
+  app.add_option("--io", f.io, "backend: direct|pread|uring|mmap");
+  app.add_option("--inflight", f.inflight, "reads in flight")->check(CLI::Range(1, 1024));
+  app.add_option("--dump-cache-trace", f.dump_dir, "write expert_hist.json and expert_trace.bin into DIR at exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  InstallStopSignals();
+  zmq::context_t ctx;
+  ControlLink ctl(ctx, f.control, kService);
+  try {
+    ctl.Hello();
+    ExpertFetcher fetcher(f, ctx, ctl);
+    fetcher.Start();
+    ctl.Ready(fetcher.StartStats());
+    fetcher.Serve();
+    fetcher.Finish();
+    ctl.Stats(fetcher.FinalStats());
+    return StopRequested() ? kExitInterrupted : kExitOk;
+  } catch (const Error& e) {
+    std::cerr << "k3: " << e.what() << "\n";
+    ctl.Dead(e.code(), e.what());
+    return e.code();
+  } catch (const std::exception& e) {
+    std::cerr << "k3: " << e.what() << "\n";
+    ctl.Dead(kExitRuntime, e.what());
+    return kExitRuntime;
+  }
+}
+
+}  // namespace
+}  // namespace k3::svc
+
+int main(int argc, char** argv) { return k3::svc::RunMain(argc, argv); }

@@ -1,0 +1,276 @@
+// k3-trunk-reader: reads pinned trunk layers once, streams the rest through the ring arena in
+// walk order (docs/pipeline.md "Trunk"). Process shell only: flags, arenas, sockets, loop;
+// the decisions live in trunk_layout.h and ring_scheduler.h.
+#include <CLI/CLI.hpp>
+#include <zmq.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/ipc/protocol.h"
+#include "common/ipc/shm_arena.h"
+#include "common/ipc/slot_table.h"
+#include "common/ipc/zmq_channel.h"
+#include "common/model_config.h"
+#include "common/safetensors.h"
+#include "services/trunk_reader/read_worker.h"
+#include "services/trunk_reader/ring_scheduler.h"
+#include "services/trunk_reader/service_shell.h"
+#include "services/trunk_reader/trunk_layout.h"
+
+namespace k3::svc {
+namespace {
+
+using ipc::Clock;
+namespace w = ipc::weights;
+constexpr const char* kService = "trunk-reader";
+
+struct Flags {
+  std::string model, control, bind, pinned_arena, ring_arena, pin, io = "pread";
+  int inflight = 4;
+};
+
+double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+class TrunkReader {
+ public:
+  TrunkReader(const Flags& f, zmq::context_t& ctx, ControlLink& ctl) : f_(f), ctx_(ctx), ctl_(ctl) {}
+
+  void Start() {
+    const Checkpoint ck = Checkpoint::Open(f_.model);
+    const ModelConfig cfg = LoadModelConfig(f_.model + "/config.json");
+    layout_ = BuildTrunkLayout(ck, cfg);
+    pins_ = ParsePinList(f_.pin, layout_.num_layers);
+    uint64_t need = 0;
+    pinned_ = PlanPinned(layout_, pins_, &need);
+    pinned_arena_ = ipc::ShmArena::Open(f_.pinned_arena, true);
+    if (pinned_arena_.size() < need)
+      throw RuntimeFailure(f_.pinned_arena + ": pinned arena has " + std::to_string(pinned_arena_.size()) +
+                           " bytes, the pinned layers and globals need " + std::to_string(need));
+    ring_arena_ = ipc::ShmArena::Open(f_.ring_arena, true);
+    ring_.emplace(ipc::SlotTable::Attach(ring_arena_));
+    const uint64_t run = MaxStreamedRun(layout_, pins_);
+    if (run > ring_->slot_bytes())
+      throw RuntimeFailure(f_.ring_arena + ": ring slots hold " + std::to_string(ring_->slot_bytes()) +
+                           " bytes, the largest streamed layer needs " + std::to_string(run));
+    // After a crash compute may still hold references: move every generation on.
+    for (uint32_t s = 0; s < ring_->slot_count(); ++s) {
+      ring_->BeginFill(s);
+      ring_->Publish(s);
+    }
+    sched_.emplace(layout_.num_layers, pins_, ring_->slot_count());
+    worker_.emplace(ctx_, "trunk-io", f_.io, ck.shard_paths(), f_.inflight);
+    ReadPinned();
+    router_.emplace(ctx_, zmq::socket_type::router);
+    router_->set(zmq::sockopt::linger, 0);
+    router_->set(zmq::sockopt::router_mandatory, false);
+    router_->bind(f_.bind);
+  }
+
+  std::vector<ipc::control::Stat> StartStats() const {
+    return {{"pinned_layers", static_cast<double>(pins_.size())},
+            {"pinned_bytes", static_cast<double>(pinned_bytes_)},
+            {"pinned_seconds", pinned_seconds_},
+            {"ring_slots", static_cast<double>(ring_->slot_count())}};
+  }
+
+  // Serves until Shutdown or a stop signal.
+  void Serve() {
+    t_serve_ = Clock::now();
+    for (;;) {
+      zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0},
+                                 {worker_->notifier().handle(), 0, ZMQ_POLLIN, 0},
+                                 {ctl_.socket().handle(), 0, ZMQ_POLLIN, 0}};
+      try {
+        zmq::poll(items, 3, std::chrono::milliseconds(100));
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
+      }
+      if (StopRequested() || ctl_.ShutdownReceived()) return;
+      OnCompletions();
+      while (auto m = ipc::ReceiveVerified(*router_, true, ipc::DecodeWeights, Clock::now(), rejects_)) {
+        client_ = m->identity;
+        std::visit([this](const auto& msg) { OnMessage(msg); }, m->message);
+      }
+      Pump();
+    }
+  }
+
+  std::vector<ipc::control::Stat> FinalStats() const {
+    const double secs = read_seconds_;
+    return {{"bytes_read", static_cast<double>(bytes_read_)},
+            {"read_mb_s", MBps(bytes_read_, secs)},
+            {"layers_streamed", static_cast<double>(layers_streamed_)},
+            {"rejected_messages", static_cast<double>(rejects_.rejected + ctl_.rejects().rejected)}};
+  }
+
+  void PrintStats() const {
+    std::fprintf(stderr,
+                 "[trunk-reader] stats: read %s in %.2f s (%.0f MB/s), %llu layers streamed, %llu rejected "
+                 "messages\n",
+                 FormatBytes(bytes_read_).c_str(), read_seconds_, MBps(bytes_read_, read_seconds_),
+                 static_cast<unsigned long long>(layers_streamed_),
+                 static_cast<unsigned long long>(rejects_.rejected + ctl_.rejects().rejected));
+  }
+
+ private:
+  void ReadPinned() {
+    const auto t0 = Clock::now();
+    uint8_t* base = pinned_arena_.mutable_data();
+    for (size_t i = 0; i < pinned_.size(); ++i) {
+      const TrunkRun& r = layout_.runs[static_cast<size_t>(pinned_[i].layer)];
+      worker_->Submit({i, r.shard, {{r.wbegin, r.wlength(), base + pinned_[i].arena_offset}}});
+    }
+    size_t landed = 0;
+    while (landed < pinned_.size()) {
+      if (StopRequested()) throw Error(kExitInterrupted, "interrupted while reading pinned layers");
+      ipc::PollIn(worker_->notifier(), Clock::now() + std::chrono::milliseconds(100));
+      for (const ReadDone& d : worker_->TakeCompleted()) {
+        if (!d.error.empty()) throw RuntimeFailure(d.error);
+        ++landed;
+        pinned_bytes_ += d.bytes;
+        const double s = Seconds(t0);
+        std::fprintf(stderr, "[trunk-reader] pinned %zu/%zu layers, %s, %.0f MB/s\n", landed, pinned_.size(),
+                     FormatBytes(pinned_bytes_).c_str(), MBps(pinned_bytes_, s));
+      }
+    }
+    pinned_seconds_ = Seconds(t0);
+    bytes_read_ += pinned_bytes_;
+    read_seconds_ += pinned_seconds_;
+  }
+
+  void Send(const ipc::Encoded& e) {
+    if (!client_.empty()) ipc::SendMessage(*router_, e, {}, client_);
+  }
+
+  void OnMessage(const w::LayerWant& m) {
+    if (m.layer < 0 || m.layer > layout_.num_layers) {
+      Send(ipc::Encode(w::LayerFailed{m.layer, w::Error::kOutOfRange,
+                                      "layer " + std::to_string(m.layer) + " outside [0, " +
+                                          std::to_string(layout_.num_layers) + "]"}));
+      return;
+    }
+    for (const PinnedEntry& p : pinned_) Send(ipc::Encode(w::LayerReady{p.layer, -1, 0, p.first_byte, p.length}));
+    sched_->Want(m.layer);
+    // Layers already in the ring for the new window are announced again (the Want says
+    // compute has no current reference).
+    const auto& slots = sched_->slots();
+    for (uint32_t s = 0; s < slots.size(); ++s)
+      if (slots[s].state == RingScheduler::State::kReady) AnnounceRing(s);
+  }
+
+  void OnMessage(const w::LayerDone& m) {
+    if (m.slot == -1) return;  // pinned layers never move; nothing to free
+    if (m.slot < 0 || !sched_->Done(m.layer, static_cast<uint32_t>(m.slot), m.generation)) {
+      ++rejects_.rejected;
+      rejects_.last_reason = "stale LayerDone for layer " + std::to_string(m.layer) + " slot " +
+                             std::to_string(m.slot) + " generation " + std::to_string(m.generation);
+    }
+  }
+
+  template <class M>
+  void OnMessage(const M&) {
+    ++rejects_.rejected;
+    rejects_.last_reason = "unexpected weights message from compute";
+  }
+
+  void AnnounceRing(uint32_t s) {
+    const auto& slot = sched_->slots()[s];
+    const TrunkRun& r = layout_.runs[static_cast<size_t>(slot.layer)];
+    Send(ipc::Encode(w::LayerReady{slot.layer, static_cast<int32_t>(s), slot.generation, r.lead(), r.length()}));
+  }
+
+  void Pump() {
+    while (auto f = sched_->NextFill()) {
+      const TrunkRun& r = layout_.runs[static_cast<size_t>(f->layer)];
+      uint8_t* dst = ring_->BeginFill(f->slot);
+      if (worker_->pending() == 0) t_busy_ = Clock::now();
+      worker_->Submit({f->slot, r.shard, {{r.wbegin, r.wlength(), dst}}});
+    }
+  }
+
+  void OnCompletions() {
+    std::vector<ReadDone> done = worker_->TakeCompleted();
+    if (done.empty()) return;
+    for (const ReadDone& d : done) {
+      const auto s = static_cast<uint32_t>(d.tag);
+      const int layer = sched_->slots()[s].layer;
+      if (!d.error.empty()) {
+        std::cerr << "[trunk-reader] " << d.error << "\n";
+        sched_->Abandon(s);
+        Send(ipc::Encode(w::LayerFailed{layer, w::Error::kReadFailed, d.error}));
+        continue;
+      }
+      sched_->Filled(s, ring_->Publish(s));
+      bytes_read_ += d.bytes;
+      ++layers_streamed_;
+      AnnounceRing(s);
+    }
+    if (worker_->pending() == 0) read_seconds_ += Seconds(t_busy_);
+  }
+
+  Flags f_;
+  zmq::context_t& ctx_;
+  ControlLink& ctl_;
+  TrunkLayout layout_;
+  std::vector<int> pins_;
+  std::vector<PinnedEntry> pinned_;
+  ipc::ShmArena pinned_arena_, ring_arena_;
+  std::optional<ipc::SlotTable> ring_;
+  std::optional<RingScheduler> sched_;
+  std::optional<ReadWorker> worker_;
+  std::optional<zmq::socket_t> router_;
+  std::string client_;
+  ipc::RejectCounter rejects_;
+  uint64_t bytes_read_ = 0, pinned_bytes_ = 0, layers_streamed_ = 0;
+  double pinned_seconds_ = 0, read_seconds_ = 0;
+  Clock::time_point t_serve_, t_busy_;
+};
+
+int Run(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"k3-trunk-reader: pinned + streamed trunk layers into shared memory"};
+  app.add_option("--model", f.model, "checkpoint directory")->required();
+  app.add_option("--control", f.control, "launcher control endpoint")->required();
+  app.add_option("--bind", f.bind, "endpoint this service binds (ROUTER)")->required();
+  app.add_option("--pinned-arena", f.pinned_arena, "shm name of trunk-pinned")->required();
+  app.add_option("--ring-arena", f.ring_arena, "shm name of trunk-ring")->required();
+  app.add_option("--pin", f.pin, "comma-separated layers to pin (globals always pinned)");
+  app.add_option("--io", f.io, "backend: direct|pread|uring|mmap");
+  app.add_option("--inflight", f.inflight, "reads in flight")->check(CLI::Range(1, 1024));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  InstallStopSignals();
+  zmq::context_t ctx;
+  ControlLink ctl(ctx, f.control, kService);
+  try {
+    ctl.Hello();
+    TrunkReader reader(f, ctx, ctl);
+    reader.Start();
+    ctl.Ready(reader.StartStats());
+    reader.Serve();
+    reader.PrintStats();
+    ctl.Stats(reader.FinalStats());
+    return StopRequested() ? kExitInterrupted : kExitOk;
+  } catch (const Error& e) {
+    std::cerr << "k3: " << e.what() << "\n";
+    ctl.Dead(e.code(), e.what());
+    return e.code();
+  } catch (const std::exception& e) {
+    std::cerr << "k3: " << e.what() << "\n";
+    ctl.Dead(kExitRuntime, e.what());
+    return kExitRuntime;
+  }
+}
+
+}  // namespace
+}  // namespace k3::svc
+
+int main(int argc, char** argv) { return k3::svc::Run(argc, argv); }

@@ -1,0 +1,77 @@
+#include "services/trunk_reader/service_shell.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+namespace k3::svc {
+namespace {
+std::atomic<bool> g_stop{false};
+extern "C" void OnStopSignal(int) { g_stop.store(true); }
+}  // namespace
+
+void InstallStopSignals() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+}
+
+bool StopRequested() { return g_stop.load(); }
+
+ControlLink::ControlLink(zmq::context_t& ctx, const std::string& endpoint, const std::string& service)
+    : service_(service), sock_(ctx, zmq::socket_type::dealer) {
+  sock_.set(zmq::sockopt::routing_id, service);
+  sock_.set(zmq::sockopt::linger, 200);
+  sock_.connect(endpoint);
+}
+
+void ControlLink::Hello() { ipc::SendMessage(sock_, ipc::Encode(ipc::control::Hello{service_, ::getpid()})); }
+void ControlLink::Ready(const std::vector<ipc::control::Stat>& stats) {
+  ipc::SendMessage(sock_, ipc::Encode(ipc::control::Ready{service_, stats}));
+}
+void ControlLink::Stats(const std::vector<ipc::control::Stat>& stats) {
+  ipc::SendMessage(sock_, ipc::Encode(ipc::control::Stats{service_, stats}));
+}
+void ControlLink::Dead(int exit_code, const std::string& reason) {
+  try {
+    ipc::SendMessage(sock_, ipc::Encode(ipc::control::Dead{service_, exit_code, reason}));
+  } catch (const std::exception&) {
+    // Dying anyway; the launcher also sees the exit status.
+  }
+}
+
+bool ControlLink::ShutdownReceived() {
+  while (auto m = ipc::ReceiveVerified(sock_, false, ipc::DecodeControl, ipc::Clock::now(), rejects_)) {
+    if (const auto* s = std::get_if<ipc::control::Shutdown>(&m->message)) {
+      std::cerr << "[" << service_ << "] shutdown: " << s->reason << "\n";
+      shutdown_ = true;
+    } else {
+      ++rejects_.rejected;
+      rejects_.last_reason = "unexpected control message from the launcher";
+    }
+  }
+  return shutdown_;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+double MBps(uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0; }
+
+}  // namespace k3::svc

@@ -1,0 +1,46 @@
+// Process-shell pieces shared by the trunk reader and the expert fetcher: stop signals, the
+// control link to the launcher (Hello, Ready, Stats, Dead, Shutdown) and number formatting
+// for the progress and stats lines.
+//
+// Thread-safety: ControlLink is used from the service thread only; the signal flag is atomic.
+#pragma once
+#include <zmq.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/ipc/messages.h"
+#include "common/ipc/zmq_channel.h"
+
+namespace k3::svc {
+
+// SIGTERM / SIGINT set a flag (the loop stops at its next poll); SIGPIPE is ignored.
+void InstallStopSignals();
+bool StopRequested();
+
+class ControlLink {
+ public:
+  // DEALER with identity `service`, connected to `endpoint`. Linger is short so a dead
+  // launcher never blocks exit.
+  ControlLink(zmq::context_t& ctx, const std::string& endpoint, const std::string& service);
+  void Hello();
+  void Ready(const std::vector<ipc::control::Stat>& stats);
+  void Stats(const std::vector<ipc::control::Stat>& stats);
+  void Dead(int exit_code, const std::string& reason);
+  // Drains waiting control messages; true once a Shutdown has arrived (reason logged).
+  bool ShutdownReceived();
+  zmq::socket_t& socket() { return sock_; }
+  ipc::RejectCounter& rejects() { return rejects_; }
+
+ private:
+  std::string service_;
+  zmq::socket_t sock_;
+  ipc::RejectCounter rejects_;
+  bool shutdown_ = false;
+};
+
+std::string FormatBytes(uint64_t bytes);  // "1.2 GiB", "850.0 MiB", "12 KiB", "17 B"
+double MBps(uint64_t bytes, double seconds);  // 1e6-byte megabytes per second (0 when no time)
+
+}  // namespace k3::svc

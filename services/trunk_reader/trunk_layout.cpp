@@ -1,0 +1,96 @@
+#include "services/trunk_reader/trunk_layout.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/tensor_names.h"
+
+namespace k3::svc {
+namespace {
+
+TrunkRun Widen(const ByteRange& r, uint64_t file_size) {
+  TrunkRun t;
+  t.shard = r.shard;
+  t.begin = static_cast<uint64_t>(r.begin);
+  t.end = static_cast<uint64_t>(r.end);
+  t.wbegin = AlignDown(t.begin);
+  t.wend = std::min(AlignUp(t.end), std::max(file_size, t.end));
+  return t;
+}
+
+}  // namespace
+
+TrunkLayout BuildTrunkLayout(const Checkpoint& ck, const ModelConfig& cfg) {
+  TrunkLayout out;
+  out.num_layers = static_cast<int>(cfg.num_layers);
+  std::vector<uint64_t> sizes;
+  for (const auto& p : ck.shard_paths()) sizes.push_back(std::filesystem::file_size(p));
+  for (int l = 0; l < out.num_layers; ++l) {
+    const ByteRange r = LayerTrunkRange(ck, cfg, l);
+    out.runs.push_back(Widen(r, sizes.at(static_cast<size_t>(r.shard))));
+  }
+  // Globals: min/max over the model-level tensors, which must share one shard.
+  ByteRange g{-1, 0, 0, 0};
+  for (ModelRole role : {ModelRole::kEmbedTokens, ModelRole::kLmHead, ModelRole::kNorm,
+                         ModelRole::kOutputAttnResNorm, ModelRole::kOutputAttnResProj}) {
+    const TensorInfo& t = ck.at(ModelTensorName(role));
+    if (g.shard < 0) {
+      g = {t.shard, t.file_offset, t.file_offset + t.nbytes, 0};
+    } else if (t.shard != g.shard) {
+      throw BadModel(ck.dir() + ": model-level tensor " + t.name + " is in another shard than " +
+                     ModelTensorName(ModelRole::kEmbedTokens) + " (the globals must be one run)");
+    }
+    g.begin = std::min(g.begin, t.file_offset);
+    g.end = std::max(g.end, t.file_offset + t.nbytes);
+    g.tensor_bytes += t.nbytes;
+  }
+  out.runs.push_back(Widen(g, sizes.at(static_cast<size_t>(g.shard))));
+  return out;
+}
+
+std::vector<int> ParsePinList(const std::string& text, int num_layers) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    bool digits = !item.empty() && item.size() <= 9 &&
+                  std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || std::stoi(item) >= num_layers)
+      throw UsageError("--pin: '" + item + "' is not a layer index in [0, " + std::to_string(num_layers) + ")");
+    out.push_back(std::stoi(item));
+    pos = comma + 1;
+    if (comma + 1 == text.size()) throw UsageError("--pin: trailing comma in '" + text + "'");
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<PinnedEntry> PlanPinned(const TrunkLayout& layout, const std::vector<int>& pinned, uint64_t* total) {
+  std::vector<int> order = pinned;
+  std::sort(order.begin(), order.end());
+  order.push_back(layout.globals());
+  std::vector<PinnedEntry> out;
+  uint64_t at = 0;
+  for (int l : order) {
+    const TrunkRun& r = layout.runs.at(static_cast<size_t>(l));
+    out.push_back({l, at, at + r.lead(), r.length()});
+    at = AlignUp(at + r.wlength());
+  }
+  if (total) *total = at;
+  return out;
+}
+
+uint64_t MaxStreamedRun(const TrunkLayout& layout, const std::vector<int>& pinned) {
+  uint64_t best = 0;
+  for (int l = 0; l < layout.num_layers; ++l) {
+    if (std::binary_search(pinned.begin(), pinned.end(), l)) continue;
+    best = std::max(best, layout.runs[static_cast<size_t>(l)].wlength());
+  }
+  return best;
+}
+
+}  // namespace k3::svc
