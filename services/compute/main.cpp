@@ -1,10 +1,11 @@
-// k3-compute: the forward-pass process. Only the standalone mode (weights mapped straight
-// from a checkpoint directory) exists so far; the pipeline mode comes with the trunk reader.
+// k3-compute: the forward-pass process. Standalone mode maps a checkpoint directory;
+// pipeline mode (--pipeline) takes weights from the trunk reader and expert fetcher.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 
 #include "../../common/error.h"
+#include "pipeline_main.h"
 #include "standalone.h"
 
 int main(int argc, char** argv) {
@@ -24,6 +25,18 @@ int main(int argc, char** argv) {
   app.add_flag("--tf-check", opt.tf_check, "teacher forcing: argmax at every prompt position");
   auto* eps_opt = app.add_option("--mla-norm-eps", mla_eps, "epsilon of the MLA latent norms");
   app.add_option("--out", opt.out, "JSON report");
+  // Pipeline mode (spawned by k3-launch; docs/pipeline.md "Command lines").
+  k3::compute::PipelineOptions pipe;
+  bool pipeline = false;
+  app.add_flag("--pipeline", pipeline, "pipeline mode: weights from the trunk reader / expert fetcher");
+  app.add_option("--model", pipe.model_dir, "checkpoint directory (pipeline: tensor headers)");
+  app.add_option("--control", pipe.control, "launcher control endpoint");
+  app.add_option("--endpoint", pipe.endpoint, "launcher compute endpoint");
+  app.add_option("--trunk", pipe.trunk, "trunk reader endpoint");
+  app.add_option("--experts", pipe.experts, "expert fetcher endpoint");
+  app.add_option("--pinned-arena", pipe.pinned_arena, "trunk-pinned shm name");
+  app.add_option("--ring-arena", pipe.ring_arena, "trunk-ring shm name");
+  app.add_option("--experts-arena", pipe.experts_arena, "experts shm name");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -33,6 +46,11 @@ int main(int argc, char** argv) {
     return k3::kExitUsage;
   }
   try {
+    if (pipeline) {
+      pipe.threads = opt.threads;
+      pipe.dump_logits = opt.dump_logits;
+      return k3::compute::RunComputePipeline(pipe);
+    }
     if (opt.model_dir.empty())
       throw k3::UsageError("only --standalone MODEL_DIR is implemented so far");
     if (ids_text.empty()) throw k3::UsageError("--ids is required");

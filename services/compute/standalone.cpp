@@ -11,23 +11,12 @@
 
 #include "../../common/error.h"
 #include "forward.h"
+#include "generate.h"
 #include "mmap_source.h"
 
 namespace k3::compute {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-int32_t Argmax(const float* v, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (v[i] > v[best]) best = i;  // strict: ties keep the lowest id
-  return static_cast<int32_t>(best);
-}
 
 // Fails early (exit 4) when an output path's directory cannot take a file.
 void CheckWritable(const std::string& path, const char* flag) {
@@ -98,62 +87,42 @@ int RunStandalone(const StandaloneOptions& opt) {
 
   const int64_t V = cfg.vocab_size;
   Forward fwd(cfg, globals, layers, experts);
-  std::vector<float> logits(static_cast<size_t>(V));
-  const bool all_pos = opt.tf_check || tracer;
-  std::vector<float> chunk_logits;
+  GreedyParams gp;
+  gp.ids = opt.ids;
+  gp.gen = opt.gen;
+  gp.full_recompute = opt.full_recompute;
+  gp.prefill_chunk = opt.prefill_chunk;
+  gp.all_positions = opt.tf_check || tracer;
+  gp.tracer = tracer.get();
   std::vector<int32_t> tf_pred;
-
-  // Feeds `ids` in chunks from the current state; leaves the last position's logits.
-  auto prefill = [&](const std::vector<int32_t>& ids, bool first_pass) {
-    const int64_t n = static_cast<int64_t>(ids.size());
-    for (int64_t s = 0; s < n; s += opt.prefill_chunk) {
-      const int64_t T = std::min(opt.prefill_chunk, n - s);
-      if (first_pass && all_pos) {
-        chunk_logits.resize(static_cast<size_t>(T * V));
-        fwd.Run(ids.data() + s, T, true, chunk_logits.data(), tracer.get());
-        for (int64_t t = 0; t < T; ++t) tf_pred.push_back(Argmax(chunk_logits.data() + t * V, V));
-        std::copy(chunk_logits.end() - V, chunk_logits.end(), logits.begin());
-      } else {
-        fwd.Run(ids.data() + s, T, false, logits.data(), nullptr);
-      }
-      if (first_pass) {
-        std::fprintf(stderr, "\r[compute] prefill %lld/%lld tokens",
-                     static_cast<long long>(s + T), static_cast<long long>(n));
-        std::fflush(stderr);
-      }
-    }
-    if (first_pass) std::fputc('\n', stderr);
+  GreedyHooks hooks;
+  hooks.on_prompt_chunk = [&](const float* chunk_logits, int64_t T) {
+    for (int64_t t = 0; t < T; ++t) tf_pred.push_back(Argmax(chunk_logits + t * V, V));
   };
-
-  const auto t0 = Clock::now();
-  prefill(opt.ids, true);
-  const double prefill_s = Since(t0);
-  if (!opt.dump_logits.empty())
-    WriteFile(opt.dump_logits, logits.data(), static_cast<size_t>(V) * sizeof(float));
-  if (tracer) {
-    nlohmann::json meta = {{"T", opt.ids.size()}, {"hidden", cfg.hidden_size},
-                           {"layers", cfg.num_layers}, {"vocab", V}, {"top_k", cfg.top_k}};
-    tracer->WriteText("meta.json", meta.dump() + "\n");
-  }
-
-  std::vector<int32_t> full = opt.ids, generated;
-  const auto t1 = Clock::now();
-  for (int64_t i = 0; i < opt.gen; ++i) {
-    const int32_t next = Argmax(logits.data(), V);
-    generated.push_back(next);
-    full.push_back(next);
-    std::printf("%d\n", next);
-    std::fflush(stdout);
-    if (i + 1 == opt.gen) break;
-    if (opt.full_recompute) {
-      fwd.Reset();
-      prefill(full, false);
-    } else {
-      fwd.Run(&next, 1, false, logits.data(), nullptr);
+  hooks.on_prefill_progress = [](int64_t done, int64_t n) {
+    std::fprintf(stderr, "\r[compute] prefill %lld/%lld tokens", static_cast<long long>(done),
+                 static_cast<long long>(n));
+    if (done == n) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  };
+  hooks.after_prefill = [&](const float* logits) {
+    if (!opt.dump_logits.empty())
+      WriteFile(opt.dump_logits, logits, static_cast<size_t>(V) * sizeof(float));
+    if (tracer) {
+      nlohmann::json meta = {{"T", opt.ids.size()}, {"hidden", cfg.hidden_size},
+                             {"layers", cfg.num_layers}, {"vocab", V}, {"top_k", cfg.top_k}};
+      tracer->WriteText("meta.json", meta.dump() + "\n");
     }
-  }
-  const double decode_s = opt.gen > 1 ? Since(t1) : 0.0;
-  const double spt = opt.gen > 1 ? decode_s / static_cast<double>(opt.gen - 1) : prefill_s;
+  };
+  hooks.on_token = [](int32_t id, int64_t) {
+    std::printf("%d\n", id);
+    std::fflush(stdout);
+  };
+  const GreedyResult res = RunGreedy(fwd, V, gp, hooks);
+  const std::vector<int32_t>& generated = res.generated;
+  const std::vector<int32_t>& full = res.full;
+  const double prefill_s = res.prefill_seconds, decode_s = res.decode_seconds;
+  const double spt = res.seconds_per_token;
   std::fprintf(stderr, "[compute] %zu tokens generated, %.4f s/token, prefill %.2f tok/s\n",
                generated.size(), spt,
                static_cast<double>(opt.ids.size()) / (prefill_s > 0 ? prefill_s : 1e-9));

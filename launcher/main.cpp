@@ -1,0 +1,115 @@
+// k3-launch: reads the TOML + flags, plans the memory budget (printed before anything is
+// loaded), then runs the pipeline of services (run.cpp) or, with --dry-run, stops there.
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/plan/memory_plan.h"
+#include "model_layout.h"
+#include "options.h"
+#include "run.h"
+#include "launcher/prompt_tokens.h"
+
+namespace {
+
+std::vector<int32_t> ParseIdList(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) {
+    if (tok.empty() || tok.size() > 10 || tok.find_first_not_of("0123456789") != std::string::npos)
+      throw k3::UsageError("--ids: expected comma-separated non-negative integers, got '" + text + "'");
+    const long long v = std::stoll(tok);
+    if (v > INT32_MAX) throw k3::UsageError("--ids: id " + tok + " out of range");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty() || text.back() == ',') throw k3::UsageError("--ids: expected comma-separated non-negative integers, got '" + text + "'");
+  return ids;
+}
+
+int Main(int argc, char** argv) {
+  using namespace k3;
+  auto parsed = launch::ParseLaunchOptions(argc, argv);
+  if (!parsed) return kExitOk;
+  launch::LaunchOptions& opt = *parsed;
+  const int64_t budget = plan::ParseBudget(opt.budget);
+
+  const launch::ModelLayout m = launch::LoadModelLayout(opt.model, opt.dry_run);
+  plan::PlanOptions po;
+  po.context = opt.context;
+  po.prefill_chunk = opt.prefill_chunk;
+  po.ring_slots = opt.ring_slots;
+  po.max_pinned_trunk = opt.max_pinned_trunk;
+  const plan::MemoryPlan p = plan::MakePlan(m.plan_model, budget, po);
+  std::FILE* plan_out = opt.dry_run ? stdout : stderr;  // stdout carries only ids in a run
+  std::fprintf(plan_out, "memory plan for %s (%lld layers, %s; %s)\n", opt.model.c_str(),
+               static_cast<long long>(m.cfg.num_layers), m.from_headers ? "shard headers" : "config + index",
+               opt.dry_run ? "dry run" : "run");
+  std::fprintf(plan_out, "%s", p.Table().c_str());
+  const launch::ArenaSizes a = launch::SizeArenas(m, p);
+  std::fprintf(plan_out, "pinned layers: %zu of %lld; lm_head %s; expert slots %lld\n", p.pinned_layers.size(),
+               static_cast<long long>(m.cfg.num_layers), p.lm_head_resident ? "resident" : "streamed",
+               static_cast<long long>(p.expert_slots));
+  std::fprintf(plan_out, "arenas: trunk-pinned %s, trunk-ring %u x %s, experts %u x %s\n",
+               plan::FormatBytes(a.pinned).c_str(), a.ring_slots, plan::FormatBytes(a.ring_slot_bytes).c_str(),
+               a.expert_slots, plan::FormatBytes(a.expert_slot_bytes).c_str());
+  // Interim: the globals pseudo-layer (embedding + lm_head) is always pinned in trunk-pinned,
+  // which the plan counts as compute regions (streamed embedding window); say so when that
+  // makes the arenas larger than the plan.
+  const int64_t planned_shm = p.pinned_bytes + p.ring_bytes + p.expert_arena_bytes + p.embed_region + p.lm_head_region;
+  const int64_t arena_shm = a.pinned + a.ring + a.experts;
+  if (arena_shm > planned_shm)
+    std::fprintf(plan_out, "note: globals are always pinned in this version: arenas exceed the plan by %s\n",
+                 plan::FormatBytes(arena_shm - planned_shm).c_str());
+  std::fflush(plan_out);
+  if (opt.dry_run) return kExitOk;
+
+  // Prompt → ids. Text prompts go through the tokenizer library (interim: linked directly
+  // until the k3-tokenizer service exists).
+  std::vector<int32_t> ids;
+  std::function<std::string(const std::vector<int32_t>&)> decode;
+  std::string tok_dir = opt.tokenizer;
+  if (tok_dir.empty() && std::filesystem::exists(std::filesystem::path(opt.model) / "tiktoken.model"))
+    tok_dir = opt.model;
+  if (!opt.ids.empty()) {
+    ids = ParseIdList(opt.ids);
+  } else if (!opt.prompt.empty() || !opt.prompt_file.empty()) {
+    std::string text = opt.prompt;
+    if (!opt.prompt_file.empty()) {
+      std::ifstream in(opt.prompt_file, std::ios::binary);
+      if (!in) throw BadInput("--prompt-file: cannot read " + opt.prompt_file);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text = ss.str();
+    }
+    if (tok_dir.empty())
+      throw UsageError("--prompt needs a tokenizer: set 'tokenizer' in the TOML (a directory with "
+                       "tiktoken.model) or pass --ids");
+    ids = launch::EncodePrompt(tok_dir, text);
+    if (ids.empty()) throw BadInput("the prompt encodes to no tokens");
+  } else {
+    throw UsageError("no prompt: pass --ids, --prompt or --prompt-file");
+  }
+  for (int32_t id : ids)
+    if (id < 0 || id >= m.cfg.vocab_size)
+      throw UsageError("--ids: id " + std::to_string(id) + " outside [0," + std::to_string(m.cfg.vocab_size) + ")");
+  if (!tok_dir.empty()) decode = [tok_dir](const std::vector<int32_t>& g) { return launch::DecodeIds(tok_dir, g); };
+  return launch::RunPipeline(opt, m, p, ids, decode);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const k3::Error& e) {
+    std::fprintf(stderr, "k3-launch: %s\n", e.what());
+    return e.code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "k3-launch: %s\n", e.what());
+    return k3::kExitRuntime;
+  }
+}

@@ -1,0 +1,90 @@
+#include "model_layout.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/safetensors.h"
+
+namespace k3::launch {
+namespace fs = std::filesystem;
+
+int64_t Widened(int64_t run_bytes) { return (run_bytes + 4095) / 4096 * 4096 + 4096; }
+
+namespace {
+
+const ModelRole kGlobals[] = {ModelRole::kEmbedTokens, ModelRole::kLmHead, ModelRole::kNorm,
+                              ModelRole::kOutputAttnResNorm, ModelRole::kOutputAttnResProj};
+
+std::string IndexPath(const std::string& dir) {
+  for (const char* n : {"model.safetensors.index.json", "model.safetensors.index.json.gz"})
+    if (fs::exists(fs::path(dir) / n)) return (fs::path(dir) / n).string();
+  return {};
+}
+
+// True when every shard the index names is present (or the checkpoint is a single file).
+bool ShardsPresent(const std::string& dir, const SafetensorsIndex* idx) {
+  if (!idx) return fs::exists(fs::path(dir) / "model.safetensors");
+  for (const auto& [name, file] : idx->weight_map)
+    if (!fs::exists(fs::path(dir) / file)) return false;
+  return true;
+}
+
+}  // namespace
+
+ModelLayout LoadModelLayout(const std::string& dir, bool allow_index_only) {
+  if (!fs::is_directory(dir)) throw BadModel("model directory " + dir + " does not exist");
+  ModelLayout m;
+  m.cfg = LoadModelConfig((fs::path(dir) / "config.json").string());
+  const std::string index_path = IndexPath(dir);
+  std::optional<SafetensorsIndex> idx;
+  if (!index_path.empty()) idx = LoadSafetensorsIndex(index_path);
+
+  if (!ShardsPresent(dir, idx ? &*idx : nullptr)) {
+    if (!allow_index_only || !idx)
+      throw BadModel(dir + ": shards missing (only --dry-run can plan from the index alone)");
+    // Every tensor the config implies must at least be named by the index.
+    for (int l = 0; l < m.cfg.num_layers; ++l)
+      for (const std::string& n : LayerTrunkNames(m.cfg, l))
+        if (!idx->weight_map.count(n)) throw BadModel(index_path + ": tensor " + n + " not in the index");
+    for (ModelRole r : kGlobals)
+      if (!idx->weight_map.count(ModelTensorName(r)))
+        throw BadModel(index_path + ": tensor " + ModelTensorName(r) + " not in the index");
+    m.num_tensors = static_cast<int64_t>(idx->weight_map.size());
+    m.plan_model = plan::PlanModelFromConfig(m.cfg);
+    return m;
+  }
+
+  const Checkpoint ck = Checkpoint::Open(dir);
+  ValidateCheckpoint(ck, m.cfg);
+  m.from_headers = true;
+  m.num_tensors = static_cast<int64_t>(ck.all().size());
+  plan::PlanModel& pm = m.plan_model;
+  pm.cfg = m.cfg;
+  for (int l = 0; l < m.cfg.num_layers; ++l) {
+    m.trunk.push_back(LayerTrunkRange(ck, m.cfg, l));
+    pm.trunk_bytes.push_back(m.trunk.back().end - m.trunk.back().begin);
+  }
+  int64_t expert = 0;
+  for (int l = static_cast<int>(m.cfg.first_k_dense_replace); l < m.cfg.num_layers; ++l)
+    for (int e = 0; e < m.cfg.num_experts; ++e) {
+      const ByteRange r = ExpertRange(ck, l, e);
+      expert = std::max(expert, r.end - r.begin);
+    }
+  pm.expert_bytes = expert;
+  const TensorInfo& first = ck.at(ModelTensorName(kGlobals[0]));
+  m.globals = {first.shard, first.file_offset, first.file_offset + first.nbytes, 0};
+  for (ModelRole r : kGlobals) {
+    const TensorInfo& t = ck.at(ModelTensorName(r));
+    if (t.shard != m.globals.shard)
+      throw BadModel(dir + ": model-level tensors are split across shards (" + t.name + ")");
+    m.globals.begin = std::min(m.globals.begin, t.file_offset);
+    m.globals.end = std::max(m.globals.end, t.file_offset + t.nbytes);
+    m.globals.tensor_bytes += t.nbytes;
+    if (r == ModelRole::kEmbedTokens) pm.embed_bytes = t.nbytes;
+    else pm.lm_head_bytes += t.nbytes;
+  }
+  return m;
+}
+
+}  // namespace k3::launch

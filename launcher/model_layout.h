@@ -1,0 +1,31 @@
+// What k3-launch knows about a checkpoint before anything is loaded: the config, the byte
+// runs of every layer's trunk and of the globals (from the shard headers), and the inputs of
+// the memory plan. With --dry-run and no shards present, the index alone is enough: sizes
+// then come from the config and the release dtypes.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/plan/memory_plan.h"
+#include "common/tensor_names.h"
+
+namespace k3::launch {
+
+struct ModelLayout {
+  ModelConfig cfg;
+  plan::PlanModel plan_model;
+  bool from_headers = false;         // false: config + index only (dry run)
+  std::vector<ByteRange> trunk;      // per layer (from headers)
+  ByteRange globals;                 // pseudo-layer num_layers (docs/pipeline.md)
+  int64_t num_tensors = 0;
+};
+
+// Throws BadModel / UsageError. `allow_index_only`: fall back to the index when shards are absent.
+ModelLayout LoadModelLayout(const std::string& dir, bool allow_index_only);
+
+// roundup(run, 4096) + 4096: what an O_DIRECT read of the run needs (docs/pipeline.md).
+int64_t Widened(int64_t run_bytes);
+
+}  // namespace k3::launch

@@ -1,0 +1,128 @@
+#include "options.h"
+
+#include <CLI/CLI.hpp>
+#include <toml++/toml.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace k3::launch {
+namespace {
+
+std::string ResolvePath(const std::string& base_dir, const std::string& p) {
+  if (p.empty() || std::filesystem::path(p).is_absolute() || base_dir.empty()) return p;
+  return (std::filesystem::path(base_dir) / p).lexically_normal().string();
+}
+
+}  // namespace
+
+void ApplyToml(const std::string& toml_text, const std::string& source_name,
+               const std::string& base_dir, LaunchOptions& opt) {
+  toml::table tbl;
+  try {
+    tbl = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream msg;
+    msg << source_name << ":" << e.source().begin.line << ": " << e.description();
+    throw UsageError(msg.str());
+  }
+  for (auto&& [key, node] : tbl) {
+    const std::string k(key.str());
+    auto bad = [&](const char* want) {
+      return UsageError(source_name + ": key '" + k + "' must be " + want);
+    };
+    auto str = [&]() {
+      if (!node.is_string()) throw bad("a string");
+      return std::string(*node.value<std::string>());
+    };
+    auto integer = [&]() {
+      if (!node.is_integer()) throw bad("an integer");
+      return *node.value<int64_t>();
+    };
+    if (k == "model") opt.model = ResolvePath(base_dir, str());
+    else if (k == "tokenizer") opt.tokenizer = ResolvePath(base_dir, str());
+    else if (k == "budget") opt.budget = node.is_integer() ? std::to_string(integer()) : str();
+    else if (k == "io") opt.io = str();
+    else if (k == "prompt") opt.prompt = str();
+    else if (k == "prompt_file") opt.prompt_file = ResolvePath(base_dir, str());
+    else if (k == "ids") opt.ids = str();
+    else if (k == "gen") opt.gen = integer();
+    else if (k == "context") opt.context = integer();
+    else if (k == "prefill_chunk") opt.prefill_chunk = integer();
+    else if (k == "ring_slots") opt.ring_slots = static_cast<int>(integer());
+    else if (k == "threads") opt.threads = static_cast<int>(integer());
+    else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
+    else if (k == "full_recompute") {
+      if (!node.is_boolean()) throw bad("true or false");
+      opt.full_recompute = *node.value<bool>();
+    } else if (k == "out") opt.out = str();
+    else throw UsageError(source_name + ": unknown key '" + k + "'");
+  }
+}
+
+std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
+  LaunchOptions cli;
+  CLI::App app{"k3-launch: run Kimi K3 as a pipeline of services within a memory budget"};
+  app.add_option("config", cli.config_path, "TOML configuration (configs/*.toml)")->required();
+  app.add_option("--budget", cli.budget, "memory budget for everything: 8G, 32G, 128G, auto");
+  app.add_option("--model", cli.model, "checkpoint directory (overrides the TOML)");
+  auto* prompt = app.add_option("--prompt", cli.prompt, "prompt text (needs a tokenizer)");
+  auto* prompt_file = app.add_option("--prompt-file", cli.prompt_file, "prompt text file");
+  auto* ids = app.add_option("--ids", cli.ids, "prompt token ids, comma separated");
+  prompt->excludes(prompt_file)->excludes(ids);
+  prompt_file->excludes(ids);
+  app.add_option("--gen", cli.gen, "tokens to generate greedily");
+  app.add_option("--io", cli.io, "read backend: direct, pread, uring, mmap");
+  app.add_option("--out", cli.out, "JSON report");
+  app.add_option("--dump-logits", cli.dump_logits, "float32 logits choosing the first token");
+  app.add_option("--threads", cli.threads, "compute threads (default: all cores)");
+  app.add_option("--context", cli.context, "context length the plan reserves");
+  app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    app.exit(e);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+
+  LaunchOptions opt;
+  std::ifstream in(cli.config_path);
+  if (!in) throw UsageError("cannot read config " + cli.config_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string base = std::filesystem::path(cli.config_path).parent_path().string();
+  ApplyToml(text.str(), cli.config_path, base, opt);
+  opt.config_path = cli.config_path;
+  // Flags given on the command line win over the TOML.
+  auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
+  if (given("--budget")) opt.budget = cli.budget;
+  if (given("--model")) opt.model = cli.model;
+  if (given("--prompt") || given("--prompt-file") || given("--ids")) {
+    opt.prompt = cli.prompt;
+    opt.prompt_file = cli.prompt_file;
+    opt.ids = cli.ids;
+  }
+  if (given("--gen")) opt.gen = cli.gen;
+  if (given("--io")) opt.io = cli.io;
+  if (given("--out")) opt.out = cli.out;
+  if (given("--dump-logits")) opt.dump_logits = cli.dump_logits;
+  if (given("--threads")) opt.threads = cli.threads;
+  if (given("--context")) opt.context = cli.context;
+  opt.dry_run = cli.dry_run;
+
+  if (opt.budget.empty()) throw UsageError("--budget is required (in the TOML or on the command line)");
+  if (opt.model.empty()) throw UsageError("no model: set 'model' in the TOML or pass --model");
+  if (opt.gen < 0) throw UsageError("--gen must be >= 0");
+  if (opt.threads < 0) throw UsageError("--threads must be >= 1");
+  if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
+    throw UsageError("--io: unknown backend '" + opt.io + "' (direct, pread, uring, mmap)");
+  return opt;
+}
+
+}  // namespace k3::launch

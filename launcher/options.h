@@ -1,0 +1,37 @@
+// k3-launch settings: a TOML file (configs/*.toml) overridden by command-line flags.
+// Unknown TOML keys and wrongly typed values are k3::Error(kExitUsage) naming the key.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace k3::launch {
+
+struct LaunchOptions {
+  std::string config_path;   // the TOML file
+  std::string model;         // checkpoint directory (relative paths: to the TOML's directory)
+  std::string budget;        // "8G", "auto", ...
+  std::string io = "pread";  // trunk/expert read backend
+  std::string prompt, prompt_file, ids;
+  std::string tokenizer;     // tokenizer directory (tiktoken.model + tokenizer_config.json)
+  int64_t gen = 16;
+  int64_t context = 4096;
+  int64_t prefill_chunk = 64;
+  int ring_slots = 2;
+  int threads = 0;           // compute threads (0 = all cores)
+  int64_t max_pinned_trunk = -1;
+  bool full_recompute = false;
+  std::string out, dump_logits;
+  bool dry_run = false;
+  double ready_timeout = 120;     // seconds to wait for every service's Ready
+  double shutdown_timeout = 5;    // seconds between Shutdown and SIGTERM
+};
+
+// Parses argv (CLI11) and the TOML it names. Returns nullopt after --help was printed.
+std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv);
+// TOML text -> options (exposed for tests). `base_dir` resolves relative model paths.
+void ApplyToml(const std::string& toml_text, const std::string& source_name,
+               const std::string& base_dir, LaunchOptions& opt);
+
+}  // namespace k3::launch

@@ -1,0 +1,419 @@
+#include "run.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <zmq.hpp>
+
+#include "common/error.h"
+#include "common/ipc/protocol.h"
+#include "common/ipc/shm_arena.h"
+#include "common/ipc/slot_table.h"
+#include "common/ipc/zmq_channel.h"
+#include "proc_stats.h"
+#include "supervisor.h"
+
+namespace k3::launch {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+ArenaSizes SizeArenas(const ModelLayout& m, const plan::MemoryPlan& p) {
+  ArenaSizes a;
+  const int64_t globals = m.from_headers ? m.globals.end - m.globals.begin
+                                         : m.plan_model.embed_bytes + m.plan_model.lm_head_bytes;
+  a.pinned = 4096 + Widened(globals);
+  for (int l : p.pinned_layers) a.pinned += Widened(m.plan_model.trunk_bytes[static_cast<size_t>(l)]);
+  a.ring_slots = static_cast<uint32_t>(std::max(p.ring_slots, 2));
+  a.ring_slot_bytes = p.ring_slot_bytes > 0 ? p.ring_slot_bytes : 4096;
+  a.ring = static_cast<int64_t>(ipc::SlotTable::BytesNeeded(a.ring_slots, static_cast<uint64_t>(a.ring_slot_bytes)));
+  a.expert_slots = static_cast<uint32_t>(p.expert_slots);
+  a.expert_slot_bytes = p.expert_slot_bytes;
+  a.experts = static_cast<int64_t>(ipc::SlotTable::BytesNeeded(a.expert_slots, static_cast<uint64_t>(a.expert_slot_bytes)));
+  return a;
+}
+
+namespace {
+
+std::string Join(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw RuntimeFailure("cannot locate k3-launch: " + ec.message());
+  return exe.parent_path().string();
+}
+
+// Removes the run directory on every exit path.
+struct RunDir {
+  fs::path path;
+  explicit RunDir(fs::path p) : path(std::move(p)) {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (!fs::create_directory(path, ec) || ec)
+      throw RuntimeFailure("cannot create " + path.string() + ": " + ec.message());
+    ::chmod(path.c_str(), 0700);
+  }
+  ~RunDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+struct Sampled {
+  ProcMemory mem;
+};
+
+class Runner {
+ public:
+  Runner(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p)
+      : opt_(opt), m_(m), plan_(p) {}
+  int Run(const std::vector<int32_t>& ids, const std::function<std::string(const std::vector<int32_t>&)>& decode);
+
+ private:
+  void Spawn();
+  bool Pump(Clock::time_point deadline);  // one poll round; false on timeout
+  void HandleControl(const ipc::Received<ipc::control::Message>& r);
+  void HandleDeaths();
+  void SendGenerate(const std::vector<int32_t>& ids);
+  void Stop(const std::string& reason);
+  void SampleMemory();
+  void WriteReport(const std::vector<int32_t>& ids, const std::function<std::string(const std::vector<int32_t>&)>& decode);
+
+  const LaunchOptions& opt_;
+  const ModelLayout& m_;
+  const plan::MemoryPlan& plan_;
+  Supervisor sup_;
+  zmq::context_t ctx_{1};
+  std::optional<zmq::socket_t> control_, compute_;
+  ipc::RejectCounter rejects_;
+  std::map<std::string, std::map<std::string, double>> stats_;  // service -> latest Stats
+  std::map<std::string, ProcMemory> peak_;
+  std::vector<int32_t> generated_;
+  std::optional<ipc::compute::RunStats> done_;
+  int fatal_code_ = 0;
+  std::string fatal_msg_;
+  double run_seconds_ = 0;
+};
+
+void Runner::Spawn() {
+  const pid_t me = ::getpid();
+  const std::string run = "/tmp/k3-run-" + std::to_string(me);
+  const std::string bin = SelfDir();
+  const std::string pinned = ipc::ShmArena::Name(me, "trunk-pinned");
+  const std::string ring = ipc::ShmArena::Name(me, "trunk-ring");
+  const std::string experts = ipc::ShmArena::Name(me, "experts");
+  const std::string control = "ipc://" + run + "/control";
+  sup_.Add({"trunk-reader",
+            {bin + "/k3-trunk-reader", "--model", opt_.model, "--control", control, "--endpoint",
+             "ipc://" + run + "/trunk", "--pinned-arena", pinned, "--ring-arena", ring,
+             "--pinned-layers", Join(plan_.pinned_layers), "--io", opt_.io},
+            true});
+  sup_.Add({"expert-fetcher",
+            {bin + "/k3-expert-fetcher", "--model", opt_.model, "--control", control, "--endpoint",
+             "ipc://" + run + "/experts", "--arena", experts, "--io", opt_.io},
+            true});
+  std::vector<std::string> c = {bin + "/k3-compute", "--pipeline", "--model", opt_.model,
+                                "--control", control, "--endpoint", "ipc://" + run + "/compute",
+                                "--trunk", "ipc://" + run + "/trunk", "--experts",
+                                "ipc://" + run + "/experts", "--pinned-arena", pinned,
+                                "--ring-arena", ring, "--experts-arena", experts};
+  if (opt_.threads > 0) c.insert(c.end(), {"--threads", std::to_string(opt_.threads)});
+  if (!opt_.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt_.dump_logits});
+  sup_.Add({"compute", c, false});
+  for (const Service& s : sup_.services())
+    if (::access(s.argv[0].c_str(), X_OK) != 0)
+      throw RuntimeFailure("cannot start " + s.name + ": " + s.argv[0] + " is missing");
+  for (size_t i = 0; i < sup_.services().size(); ++i) sup_.Start(i);
+}
+
+void Runner::HandleControl(const ipc::Received<ipc::control::Message>& r) {
+  using namespace ipc::control;
+  std::visit(
+      [&](const auto& msg) {
+        using T = std::decay_t<decltype(msg)>;
+        if constexpr (std::is_same_v<T, Ready>) {
+          for (Service& s : sup_.services())
+            if (s.name == msg.service) s.ready = true;
+          std::fprintf(stderr, "[launch] %s ready\n", msg.service.c_str());
+          for (const Stat& st : msg.stats) stats_[msg.service]["ready_" + st.name] = st.value;
+        } else if constexpr (std::is_same_v<T, Stats>) {
+          for (const Stat& st : msg.stats) stats_[msg.service][st.name] = st.value;
+        } else if constexpr (std::is_same_v<T, Dead>) {
+          std::fprintf(stderr, "[launch] %s is dying (exit %d): %s\n", msg.service.c_str(), msg.exit_code,
+                       msg.reason.c_str());
+          for (Service& s : sup_.services())
+            if (s.name == msg.service && !s.ready && msg.exit_code > 1 && fatal_code_ == 0) {
+              fatal_code_ = msg.exit_code;  // failed at start-up: restarting will not help
+              fatal_msg_ = msg.service + ": " + msg.reason;
+            }
+        }
+      },
+      r.message);
+}
+
+void Runner::HandleDeaths() {
+  for (const Death& d : sup_.Reap()) {
+    Service& s = sup_.services()[d.index];
+    const std::string what = d.Describe(s.name);
+    if (fatal_code_ != 0) continue;
+    if (s.name == "compute" || !s.restartable) {
+      fatal_code_ = kExitRuntime;
+      fatal_msg_ = what;
+      std::fprintf(stderr, "[launch] %s\n", what.c_str());
+      continue;
+    }
+    if (s.restarts >= 5) {
+      fatal_code_ = kExitRuntime;
+      fatal_msg_ = what + " (restarted 5 times already)";
+      continue;
+    }
+    ++s.restarts;
+    std::fprintf(stderr, "[launch] %s; restarting it\n", what.c_str());
+    sup_.Start(d.index);
+  }
+}
+
+bool Runner::Pump(Clock::time_point deadline) {
+  zmq::pollitem_t items[] = {{control_->handle(), 0, ZMQ_POLLIN, 0},
+                             {compute_->handle(), 0, ZMQ_POLLIN, 0},
+                             {nullptr, sup_.wake_fd(), ZMQ_POLLIN, 0}};
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  const long ms = std::clamp<long>(static_cast<long>(left.count()), 0, 200);
+  try {
+    zmq::poll(items, 3, std::chrono::milliseconds(ms));
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
+  }
+  if (items[2].revents & ZMQ_POLLIN) sup_.DrainWake();
+  HandleDeaths();
+  const auto now = Clock::now();
+  while (auto r = ipc::ReceiveVerified(*control_, true, ipc::DecodeControl, now, rejects_)) HandleControl(*r);
+  while (auto r = ipc::ReceiveVerified(*compute_, true, ipc::DecodeCompute, now, rejects_)) {
+    if (const auto* t = std::get_if<ipc::compute::Token>(&r->message)) {
+      if (t->index == static_cast<int32_t>(generated_.size())) {
+        generated_.push_back(t->id);
+        std::printf("%d\n", t->id);
+        std::fflush(stdout);
+      }
+    } else if (const auto* d = std::get_if<ipc::compute::Done>(&r->message)) {
+      done_ = d->stats;
+    }
+  }
+  return Clock::now() < deadline;
+}
+
+void Runner::SendGenerate(const std::vector<int32_t>& ids) {
+  ipc::compute::Generate g;
+  g.request_id = 1;
+  g.ids = ids;
+  g.gen = static_cast<int32_t>(opt_.gen);
+  g.full_recompute = opt_.full_recompute;
+  g.prefill_chunk = static_cast<int32_t>(opt_.prefill_chunk);
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (;;) {  // the compute DEALER may not be known to the ROUTER yet (ROUTER_MANDATORY)
+    try {
+      ipc::SendMessage(*compute_, ipc::Encode(g), {}, "compute");
+      return;
+    } catch (const Error&) {
+      if (Clock::now() > deadline) throw RuntimeFailure("compute never connected to the compute endpoint");
+      Pump(Clock::now() + std::chrono::milliseconds(20));
+      if (fatal_code_) return;
+    }
+  }
+}
+
+void Runner::SampleMemory() {
+  for (const Service& s : sup_.services()) {
+    if (s.pid <= 0) continue;
+    const ProcMemory m = ReadProcMemory(s.pid);
+    ProcMemory& p = peak_[s.name];
+    p.vm_hwm = std::max(p.vm_hwm, m.vm_hwm);
+    p.rss_shmem = std::max(p.rss_shmem, m.rss_shmem);
+  }
+  const ProcMemory self = ReadProcMemory(::getpid());
+  peak_["launcher"] = self;
+}
+
+void Runner::Stop(const std::string& reason) {
+  SampleMemory();
+  for (const Service& s : sup_.services()) {
+    if (s.pid <= 0) continue;
+    try {
+      ipc::SendMessage(*control_, ipc::Encode(ipc::control::Shutdown{reason}), {}, s.name);
+    } catch (const Error&) {
+      // not connected (yet): SIGTERM below takes care of it
+    }
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.shutdown_timeout * 1000));
+  while (sup_.AnyRunning() && Clock::now() < deadline) {
+    zmq::pollitem_t items[] = {{control_->handle(), 0, ZMQ_POLLIN, 0}, {nullptr, sup_.wake_fd(), ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(20));
+    } catch (const zmq::error_t&) {
+    }
+    sup_.DrainWake();
+    sup_.Reap();
+    while (auto r = ipc::ReceiveVerified(*control_, true, ipc::DecodeControl, Clock::now(), rejects_))
+      HandleControl(*r);
+  }
+  sup_.KillAll(std::chrono::milliseconds(2000));
+}
+
+int Runner::Run(const std::vector<int32_t>& ids, const std::function<std::string(const std::vector<int32_t>&)>& decode) {
+  const pid_t me = ::getpid();
+  ipc::CleanupDeadLaunchers();
+  RunDir run_dir("/tmp/k3-run-" + std::to_string(me));
+  const ArenaSizes sz = SizeArenas(m_, plan_);
+  // Arenas are unlinked by their destructors on every path out of this function.
+  ipc::ShmArena pinned = ipc::ShmArena::Create(ipc::ShmArena::Name(me, "trunk-pinned"), static_cast<size_t>(sz.pinned));
+  ipc::ShmArena ring = ipc::ShmArena::Create(ipc::ShmArena::Name(me, "trunk-ring"), static_cast<size_t>(sz.ring));
+  ipc::ShmArena experts = ipc::ShmArena::Create(ipc::ShmArena::Name(me, "experts"), static_cast<size_t>(sz.experts));
+  ipc::SlotTable::Format(ring, sz.ring_slots, static_cast<uint64_t>(sz.ring_slot_bytes));
+  ipc::SlotTable::Format(experts, sz.expert_slots, static_cast<uint64_t>(sz.expert_slot_bytes));
+
+  control_.emplace(ctx_, zmq::socket_type::router);
+  compute_.emplace(ctx_, zmq::socket_type::router);
+  for (auto* s : {&*control_, &*compute_}) {
+    s->set(zmq::sockopt::router_mandatory, 1);
+    s->set(zmq::sockopt::router_handover, 1);  // a restarted service takes over its identity
+    s->set(zmq::sockopt::linger, 0);
+  }
+  control_->bind("ipc://" + run_dir.path.string() + "/control");
+  compute_->bind("ipc://" + run_dir.path.string() + "/compute");
+
+  const auto t0 = Clock::now();
+  int code = kExitOk;
+  std::string stop_reason = "run finished";
+  try {
+    Spawn();
+    const auto ready_deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(opt_.ready_timeout * 1000));
+    auto all_ready = [&] {
+      return std::all_of(sup_.services().begin(), sup_.services().end(), [](const Service& s) { return s.ready; });
+    };
+    while (!all_ready() && !fatal_code_ && !sup_.interrupted())
+      if (!Pump(ready_deadline)) throw RuntimeFailure("services not ready after " + std::to_string(opt_.ready_timeout) + " s");
+    if (!fatal_code_ && !sup_.interrupted()) {
+      std::fprintf(stderr, "[launch] all services ready in %.2f s; generating\n",
+                   std::chrono::duration<double>(Clock::now() - t0).count());
+      SendGenerate(ids);
+    }
+    const auto t1 = Clock::now();
+    auto last_sample = Clock::now();
+    while (!done_ && !fatal_code_ && !sup_.interrupted()) {
+      Pump(Clock::now() + std::chrono::milliseconds(200));
+      if (Clock::now() - last_sample > std::chrono::milliseconds(250)) {
+        SampleMemory();
+        last_sample = Clock::now();
+      }
+    }
+    run_seconds_ = std::chrono::duration<double>(Clock::now() - t1).count();
+    if (done_) {
+      // Compute sends its Stats right before Done; give the message a moment to arrive.
+      Pump(Clock::now() + std::chrono::milliseconds(50));
+    }
+    if (sup_.interrupted()) {
+      code = kExitInterrupted;
+      stop_reason = "interrupted";
+    } else if (fatal_code_) {
+      code = fatal_code_;
+      stop_reason = fatal_msg_;
+    }
+  } catch (const Error& e) {
+    Stop(e.what());
+    throw;
+  }
+  Stop(stop_reason);
+  if (code == kExitInterrupted) {
+    std::fprintf(stderr, "k3-launch: interrupted; services stopped\n");
+    return code;
+  }
+  if (code != kExitOk) throw Error(static_cast<ExitCode>(code), fatal_msg_);
+  WriteReport(ids, decode);
+  return kExitOk;
+}
+
+void Runner::WriteReport(const std::vector<int32_t>& ids,
+                         const std::function<std::string(const std::vector<int32_t>&)>& decode) {
+  const double gen_n = static_cast<double>(std::max<size_t>(generated_.size(), 1));
+  auto stat = [&](const std::string& svc, const std::string& name) -> double {
+    auto it = stats_.find(svc);
+    if (it == stats_.end()) return -1;
+    auto jt = it->second.find(name);
+    return jt == it->second.end() ? -1 : jt->second;
+  };
+  const double trunk_bytes = stat("trunk-reader", "bytes_read");
+  const double expert_bytes = stat("expert-fetcher", "bytes_read");
+  const double hits = done_ ? static_cast<double>(done_->expert_hits) : 0;
+  const double misses = done_ ? static_cast<double>(done_->expert_misses) : 0;
+  const double waits = std::max(0.0, stat("compute", "trunk_wait_seconds")) + std::max(0.0, stat("compute", "expert_wait_seconds"));
+  nlohmann::json r;
+  r["prompt_ids"] = ids;
+  r["generated_ids"] = generated_;
+  if (decode) r["generated_text"] = decode(generated_);
+  r["budget_bytes"] = plan_.budget;
+  r["plan_total_bytes"] = plan_.total;
+  r["seconds_per_token"] = done_ ? done_->seconds_per_token : 0.0;
+  r["prefill_seconds"] = done_ ? done_->prefill_seconds : 0.0;
+  r["run_seconds"] = run_seconds_;
+  r["trunk_bytes_read"] = trunk_bytes;
+  r["expert_bytes_read"] = expert_bytes;
+  r["trunk_bytes_per_token"] = trunk_bytes >= 0 ? trunk_bytes / gen_n : -1.0;
+  r["expert_bytes_per_token"] = expert_bytes >= 0 ? expert_bytes / gen_n : -1.0;
+  r["expert_hit_rate"] = hits + misses > 0 ? hits / (hits + misses) : -1.0;
+  r["compute_wait_seconds"] = waits;
+  r["io_share"] = run_seconds_ > 0 ? waits / run_seconds_ : 0.0;
+  int64_t total = 0;
+  nlohmann::json mem = nlohmann::json::object();
+  for (const auto& [name, pm] : peak_) {
+    mem[name] = {{"vm_hwm_bytes", pm.vm_hwm}, {"rss_shmem_bytes", pm.rss_shmem}};
+    if (pm.vm_hwm > 0) total += pm.vm_hwm - std::max<int64_t>(pm.rss_shmem, 0);
+  }
+  const ArenaSizes sz = SizeArenas(m_, plan_);
+  total += sz.pinned + sz.ring + sz.experts;  // shm counted once, at its full size
+  r["peak_memory"] = mem;
+  r["peak_memory_total_bytes"] = total;
+  r["service_stats"] = stats_;
+  r["restarts"] = nlohmann::json::object();
+  for (const Service& s : sup_.services()) r["restarts"][s.name] = s.restarts;
+  r["rejected_messages"] = rejects_.rejected;
+
+  std::fprintf(stderr, "[launch] %zu tokens, %.4f s/token, prefill %.3f s\n", generated_.size(),
+               r["seconds_per_token"].get<double>(), r["prefill_seconds"].get<double>());
+  std::fprintf(stderr, "[launch] trunk %.0f B/token, experts %.0f B/token, expert hit rate %.3f, compute waited %.3f s (%.0f%% of the run)\n",
+               r["trunk_bytes_per_token"].get<double>(), r["expert_bytes_per_token"].get<double>(),
+               r["expert_hit_rate"].get<double>(), waits, 100 * r["io_share"].get<double>());
+  for (const auto& [name, pm] : peak_)
+    std::fprintf(stderr, "[launch] peak %-15s %s (shm %s)\n", name.c_str(), plan::FormatBytes(pm.vm_hwm).c_str(),
+                 plan::FormatBytes(pm.rss_shmem).c_str());
+  std::fprintf(stderr, "[launch] peak total (shm once) %s of budget %s\n", plan::FormatBytes(total).c_str(),
+               plan::FormatBytes(plan_.budget).c_str());
+  if (!opt_.out.empty()) {
+    std::ofstream f(opt_.out, std::ios::trunc);
+    f << r.dump(1) << "\n";
+    f.close();
+    if (!f) throw Error(kExitOutput, "--out: cannot write " + opt_.out);
+  }
+}
+
+}  // namespace
+
+int RunPipeline(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,
+                const std::vector<int32_t>& prompt_ids,
+                const std::function<std::string(const std::vector<int32_t>&)>& decode) {
+  Runner r(opt, m, p);
+  return r.Run(prompt_ids, decode);
+}
+
+}  // namespace k3::launch

@@ -1,0 +1,143 @@
+#include "supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "common/error.h"
+
+namespace k3::launch {
+namespace {
+
+int g_pipe[2] = {-1, -1};
+volatile sig_atomic_t g_interrupted = 0;
+
+void OnSignal(int sig) {
+  const int saved = errno;
+  if (sig == SIGINT || sig == SIGTERM) g_interrupted = 1;
+  const char b = 1;
+  [[maybe_unused]] ssize_t n = ::write(g_pipe[1], &b, 1);  // full pipe: already awake
+  errno = saved;
+}
+
+}  // namespace
+
+std::string Death::Describe(const std::string& name) const {
+  if (WIFSIGNALED(status)) return name + " killed by signal " + std::to_string(WTERMSIG(status));
+  return name + " exited with status " + std::to_string(WEXITSTATUS(status));
+}
+
+Supervisor::Supervisor() {
+  if (::pipe2(g_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw RuntimeFailure(std::string("pipe: ") + std::strerror(errno));
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  sigaction(SIGCHLD, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+Supervisor::~Supervisor() {
+  if (AnyRunning()) KillAll(std::chrono::milliseconds(0));
+  signal(SIGCHLD, SIG_DFL);
+  ::close(g_pipe[0]);
+  ::close(g_pipe[1]);
+  g_pipe[0] = g_pipe[1] = -1;
+}
+
+size_t Supervisor::Add(Service s) {
+  services_.push_back(std::move(s));
+  return services_.size() - 1;
+}
+
+void Supervisor::Start(size_t i) {
+  Service& s = services_.at(i);
+  std::vector<char*> argv;
+  for (std::string& a : s.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw RuntimeFailure("cannot start " + s.name + ": fork: " + std::strerror(errno));
+  if (pid == 0) {
+    // Own process group: a terminal Ctrl-C reaches only the launcher, which then stops the
+    // services in order. PDEATHSIG: a launcher killed with -9 still takes its children along.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) _exit(127);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    ::execv(argv[0], argv.data());
+    const std::string msg = "k3-launch: cannot execute " + s.argv[0] + ": " + std::strerror(errno) + "\n";
+    [[maybe_unused]] ssize_t n = ::write(2, msg.data(), msg.size());
+    _exit(127);
+  }
+  s.pid = pid;
+  s.ready = false;
+}
+
+int Supervisor::wake_fd() const { return g_pipe[0]; }
+
+void Supervisor::DrainWake() {
+  char buf[64];
+  while (::read(g_pipe[0], buf, sizeof buf) > 0) {
+  }
+}
+
+bool Supervisor::interrupted() const { return g_interrupted != 0; }
+
+std::vector<Death> Supervisor::Reap() {
+  std::vector<Death> out;
+  for (size_t i = 0; i < services_.size(); ++i) {
+    Service& s = services_[i];
+    if (s.pid <= 0) continue;
+    int status = 0;
+    const pid_t r = ::waitpid(s.pid, &status, WNOHANG);
+    if (r == s.pid) {
+      s.pid = -1;
+      s.ready = false;
+      out.push_back({i, status});
+    }
+  }
+  return out;
+}
+
+bool Supervisor::AnyRunning() const {
+  for (const Service& s : services_)
+    if (s.pid > 0) return true;
+  return false;
+}
+
+bool Supervisor::WaitAll(std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    Reap();
+    if (!AnyRunning()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void Supervisor::KillAll(std::chrono::milliseconds grace) {
+  for (const Service& s : services_)
+    if (s.pid > 0) ::kill(s.pid, SIGTERM);
+  if (WaitAll(std::chrono::steady_clock::now() + grace)) return;
+  for (const Service& s : services_)
+    if (s.pid > 0) ::kill(s.pid, SIGKILL);
+  for (Service& s : services_)
+    if (s.pid > 0) {
+      int status = 0;
+      ::waitpid(s.pid, &status, 0);
+      s.pid = -1;
+    }
+}
+
+}  // namespace k3::launch

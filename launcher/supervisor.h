@@ -1,0 +1,55 @@
+// Child processes of k3-launch: spawn with a fixed argv, notice deaths (SIGCHLD through a
+// self-pipe, so the launcher's poll loop wakes up), restart restartable services with the
+// same argv, and stop everything: SIGTERM, deadline, SIGKILL. Only our own children are
+// ever signalled. SIGINT/SIGTERM to the launcher are turned into a flag + pipe byte.
+#pragma once
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace k3::launch {
+
+struct Service {
+  std::string name;               // "trunk-reader", "expert-fetcher", "compute"
+  std::vector<std::string> argv;  // argv[0] is the executable path
+  bool restartable = false;
+  pid_t pid = -1;                 // -1 when not running
+  int restarts = 0;
+  bool ready = false;             // sent Ready since its last start
+};
+
+struct Death {
+  size_t index = 0;  // into services()
+  int status = 0;    // waitpid status
+  std::string Describe(const std::string& name) const;  // "<name> exited with status S" / "killed by signal N"
+};
+
+class Supervisor {
+ public:
+  Supervisor();  // installs SIGCHLD/SIGINT/SIGTERM handlers (one Supervisor per process)
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  size_t Add(Service s);  // not started yet
+  void Start(size_t i);   // fork + exec; throws RuntimeFailure when fork fails
+  std::vector<Service>& services() { return services_; }
+
+  int wake_fd() const;            // readable after a signal; poll it with the sockets
+  void DrainWake();
+  bool interrupted() const;       // SIGINT or SIGTERM was received
+  std::vector<Death> Reap();      // every child that ended since the last call
+
+  // SIGTERM to every running child, wait up to `grace`, then SIGKILL and reap.
+  void KillAll(std::chrono::milliseconds grace);
+  // Waits until every child has exited or the deadline passes; true when none is left.
+  bool WaitAll(std::chrono::steady_clock::time_point deadline);
+  bool AnyRunning() const;
+
+ private:
+  std::vector<Service> services_;
+};
+
+}  // namespace k3::launch

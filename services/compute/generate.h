@@ -1,0 +1,39 @@
+// The greedy generation loop shared by the standalone and pipeline modes of k3-compute:
+// the prompt in chunks, then one token at a time (or the whole prefix again with
+// full_recompute). Callers observe it through hooks; the loop itself never differs.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "forward.h"
+
+namespace k3::compute {
+
+struct GreedyParams {
+  std::vector<int32_t> ids;
+  int64_t gen = 8;
+  bool full_recompute = false;
+  int64_t prefill_chunk = 64;
+  bool all_positions = false;  // first prompt pass keeps every position's logits (hook below)
+  Tracer* tracer = nullptr;    // first prompt pass only
+};
+
+struct GreedyHooks {
+  std::function<void(const float* logits, int64_t T)> on_prompt_chunk;  // all_positions only
+  std::function<void(int64_t done, int64_t total)> on_prefill_progress;  // first pass
+  std::function<void(const float* logits)> after_prefill;  // logits choosing the first token
+  std::function<void(int32_t id, int64_t index)> on_token;
+};
+
+struct GreedyResult {
+  std::vector<int32_t> generated, full;
+  double prefill_seconds = 0, decode_seconds = 0, seconds_per_token = 0;
+};
+
+// Strict argmax: ties keep the lowest id.
+int32_t Argmax(const float* v, int64_t n);
+
+GreedyResult RunGreedy(Forward& fwd, int64_t vocab, const GreedyParams& p, const GreedyHooks& hooks);
+
+}  // namespace k3::compute

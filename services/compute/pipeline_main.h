@@ -1,0 +1,20 @@
+// Pipeline mode of k3-compute: connects to the launcher (control + compute endpoints), the
+// trunk reader and the expert fetcher, maps their arenas read-only, announces Ready, and
+// answers every Generate with Tokens, a Stats message and Done, using the same greedy loop
+// as the standalone mode (generate.h). Exits 0 on Shutdown.
+#pragma once
+#include <string>
+
+namespace k3::compute {
+
+struct PipelineOptions {
+  std::string model_dir, control, endpoint, trunk, experts;
+  std::string pinned_arena, ring_arena, experts_arena;
+  std::string dump_logits;
+  int threads = 0;
+  int resend_ms = 1000;  // LayerWant / ExpertRequest repeated after this long without an answer
+};
+
+int RunComputePipeline(const PipelineOptions& opt);
+
+}  // namespace k3::compute

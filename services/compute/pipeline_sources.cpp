@@ -1,0 +1,268 @@
+#include "pipeline_sources.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/ipc/protocol.h"
+#include "common/tensor_names.h"
+
+namespace k3::compute {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+const ModelRole kGlobals[] = {ModelRole::kEmbedTokens, ModelRole::kLmHead, ModelRole::kNorm,
+                              ModelRole::kOutputAttnResNorm, ModelRole::kOutputAttnResProj};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------- trunk layers
+
+PipelineLayerSource::PipelineLayerSource(const ModelConfig& cfg, const Checkpoint& ck, zmq::socket_t& trunk,
+                                         const ipc::ShmArena& pinned, const ipc::ShmArena& ring,
+                                         PipelineCounters& c, std::chrono::milliseconds resend)
+    : cfg_(cfg), ck_(ck), sock_(trunk), pinned_(pinned), ring_(ipc::SlotTable::Attach(ring)), c_(c),
+      resend_(resend) {
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const ByteRange r = LayerTrunkRange(ck, cfg, l);
+    begin_.push_back(r.begin);
+    shard_.push_back(r.shard);
+  }
+  // Globals pseudo-layer: [min offset, max end) of the model-level tensors, one shard.
+  const TensorInfo& first = ck.at(ModelTensorName(kGlobals[0]));
+  int64_t b = first.file_offset;
+  for (ModelRole role : kGlobals) {
+    const TensorInfo& t = ck.at(ModelTensorName(role));
+    if (t.shard != first.shard) throw BadModel("model-level tensors are split across shards (" + t.name + ")");
+    b = std::min(b, t.file_offset);
+  }
+  begin_.push_back(b);
+  shard_.push_back(first.shard);
+}
+
+bool PipelineLayerSource::Usable(const ipc::weights::LayerReady& r) const {
+  if (r.slot < 0) return true;  // pinned: never moves
+  return ring_.IsCurrent({static_cast<uint32_t>(r.slot), r.generation});
+}
+
+void PipelineLayerSource::Handle(const ipc::weights::Message& m) {
+  if (const auto* r = std::get_if<ipc::weights::LayerReady>(&m)) {
+    if (r->layer < 0 || r->layer > cfg_.num_layers) return;  // not ours: ignore
+    if (r->slot >= 0 && static_cast<uint32_t>(r->slot) >= ring_.slot_count()) return;
+    ready_[r->layer] = *r;
+  } else if (const auto* f = std::get_if<ipc::weights::LayerFailed>(&m)) {
+    // A stopping or restarting reader is not a failure of the run; real read errors are.
+    if (f->error == ipc::weights::Error::kReadFailed || f->error == ipc::weights::Error::kOutOfRange)
+      throw RuntimeFailure("trunk reader: layer " + std::to_string(f->layer) + ": " + f->detail);
+  }
+}
+
+const ipc::weights::LayerReady& PipelineLayerSource::WaitFor(int32_t layer) {
+  const auto t0 = Clock::now();
+  bool waited = false;
+  for (;;) {
+    auto it = ready_.find(layer);
+    if (it != ready_.end() && Usable(it->second)) break;
+    if (it != ready_.end()) {
+      ++c_.stale_refs;
+      ready_.erase(it);
+    }
+    // No current announcement: ask (again) and wait up to the resend timeout.
+    ipc::SendMessage(sock_, ipc::Encode(ipc::weights::LayerWant{layer}));
+    ++c_.layer_wants;
+    waited = true;
+    const auto deadline = Clock::now() + resend_;
+    while (Clock::now() < deadline) {
+      auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeWeights, deadline, c_.rejects);
+      if (!msg) break;
+      Handle(msg->message);
+      auto jt = ready_.find(layer);
+      if (jt != ready_.end() && Usable(jt->second)) break;
+    }
+  }
+  // Drain whatever else already arrived (read-ahead announcements) without blocking.
+  while (auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeWeights, Clock::now(), c_.rejects))
+    Handle(msg->message);
+  if (waited) c_.trunk_wait_seconds += Since(t0);
+  return ready_.at(layer);
+}
+
+TensorResolver PipelineLayerSource::Resolver(const ipc::weights::LayerReady& r, int64_t begin, int shard) const {
+  const uint8_t* base = nullptr;
+  uint64_t limit = 0;
+  if (r.slot < 0) {
+    base = pinned_.data();
+    limit = pinned_.size();
+  } else {
+    const auto span = ring_.Read({static_cast<uint32_t>(r.slot), r.generation});
+    base = span.data();
+    limit = span.size();
+  }
+  if (!base || r.offset > limit || r.length > limit - r.offset)
+    throw RuntimeFailure("trunk reader: layer " + std::to_string(r.layer) + " announced outside its arena");
+  base += r.offset;
+  const uint64_t length = r.length;
+  return [this, base, begin, shard, length](const std::string& name) {
+    const TensorInfo& info = ck_.at(name);
+    if (info.shard != shard || info.file_offset < begin ||
+        static_cast<uint64_t>(info.file_offset - begin + info.nbytes) > length)
+      throw RuntimeFailure("tensor " + name + " is outside its layer's announced run");
+    return RawTensor{base + (info.file_offset - begin), &info};
+  };
+}
+
+GlobalWeights PipelineLayerSource::Globals() {
+  const int32_t g = static_cast<int32_t>(cfg_.num_layers);
+  const auto r = WaitFor(g);
+  if (r.slot >= 0) throw RuntimeFailure("trunk reader: the globals must be pinned");
+  return BindGlobals(cfg_, Resolver(r, begin_.back(), shard_.back()));
+}
+
+const LayerWeights& PipelineLayerSource::Acquire(int64_t layer) {
+  const int32_t l = static_cast<int32_t>(layer);
+  if (auto it = pinned_bound_.find(l); it != pinned_bound_.end()) return it->second;
+  for (;;) {
+    const ipc::weights::LayerReady r = WaitFor(l);
+    LayerWeights w = BindLayer(cfg_, layer, Resolver(r, begin_[layer], shard_[layer]));
+    if (!Usable(r)) {  // refilled while binding: ask again
+      ++c_.stale_refs;
+      ready_.erase(l);
+      continue;
+    }
+    if (r.slot < 0) return pinned_bound_.emplace(l, std::move(w)).first->second;
+    current_ = std::move(w);
+    held_ = r;
+    c_.trunk_streamed_bytes += r.length;
+    return current_;
+  }
+}
+
+void PipelineLayerSource::Release(int64_t layer) {
+  if (!held_ || held_->layer != layer) return;  // pinned
+  if (!Usable(*held_)) ++c_.stale_refs;  // a restarted reader invalidated it (bytes untouched)
+  ipc::SendMessage(sock_, ipc::Encode(ipc::weights::LayerDone{held_->layer, held_->slot, held_->generation}));
+  ready_.erase(held_->layer);
+  held_.reset();
+}
+
+// ---------------------------------------------------------------------------- experts
+
+PipelineExpertSource::PipelineExpertSource(const ModelConfig& cfg, const Checkpoint& ck, zmq::socket_t& experts,
+                                           const ipc::ShmArena& arena, PipelineCounters& c,
+                                           std::chrono::milliseconds resend)
+    : cfg_(cfg), ck_(ck), sock_(experts), table_(ipc::SlotTable::Attach(arena)), c_(c), resend_(resend) {}
+
+void PipelineExpertSource::Send(const std::vector<int32_t>& experts) {
+  ipc::experts::ExpertRequest req;
+  req.request_id = next_id_++;
+  req.layer = layer_;
+  req.experts = experts;
+  req.priority = ipc::experts::Priority::kDemand;
+  ipc::SendMessage(sock_, ipc::Encode(req));
+}
+
+void PipelineExpertSource::Request(int64_t layer, const std::vector<int32_t>& experts) {
+  layer_ = static_cast<int32_t>(layer);
+  pending_ = {experts.begin(), experts.end()};
+  ready_queue_.clear();
+  refs_.clear();
+  ++c_.expert_requests;
+  Send(experts);
+}
+
+void PipelineExpertSource::ReleaseRef(int32_t layer, int32_t expert, const ipc::SlotRef& ref) {
+  ipc::SendMessage(sock_, ipc::Encode(ipc::experts::ExpertRelease{layer, expert, static_cast<int32_t>(ref.slot),
+                                                                   ref.generation}));
+}
+
+void PipelineExpertSource::WaitOne() {
+  const auto deadline = Clock::now() + resend_;
+  auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeExperts, deadline, c_.rejects);
+  if (!msg) {  // silent fetcher (restarted?): ask again for everything still missing
+    if (!pending_.empty()) {
+      ++c_.expert_rerequests;
+      Send({pending_.begin(), pending_.end()});
+    }
+    return;
+  }
+  if (const auto* r = std::get_if<ipc::experts::ExpertReady>(&msg->message)) {
+    const bool sane = r->slot >= 0 && static_cast<uint32_t>(r->slot) < table_.slot_count();
+    const ipc::SlotRef ref{static_cast<uint32_t>(std::max(r->slot, 0)), r->generation};
+    const bool wanted = r->layer == layer_ && pending_.count(r->expert) != 0;
+    if (!sane) return;
+    if (!wanted) {  // duplicate or from an earlier layer: the fetcher holds it for us, let go
+      ReleaseRef(r->layer, r->expert, ref);
+      return;
+    }
+    if (!table_.IsCurrent(ref)) {  // refilled before we got to it
+      ++c_.stale_refs;
+      ++c_.expert_rerequests;
+      Send({r->expert});
+      return;
+    }
+    pending_.erase(r->expert);
+    refs_[r->expert] = ref;
+    ready_queue_.push_back(r->expert);
+  } else if (const auto* f = std::get_if<ipc::experts::ExpertFailed>(&msg->message)) {
+    if (f->error == ipc::experts::Error::kStaleGeneration) return;
+    if (f->layer == layer_ && pending_.count(f->expert))
+      throw RuntimeFailure("expert fetcher: layer " + std::to_string(f->layer) + " expert " +
+                           std::to_string(f->expert) + ": " + f->detail);
+  }
+}
+
+int32_t PipelineExpertSource::NextReady(int64_t layer) {
+  if (layer != layer_) throw RuntimeFailure("expert source: NextReady for a layer that was not requested");
+  const auto t0 = Clock::now();
+  bool waited = false;
+  while (ready_queue_.empty()) {
+    if (pending_.empty()) throw RuntimeFailure("expert source: NextReady with nothing requested");
+    waited = true;
+    WaitOne();
+  }
+  if (waited) c_.expert_wait_seconds += Since(t0);
+  const int32_t e = ready_queue_.front();
+  ready_queue_.pop_front();
+  return e;
+}
+
+ExpertWeights PipelineExpertSource::Acquire(int64_t layer, int32_t expert) {
+  const ByteRange range = ExpertRange(ck_, static_cast<int>(layer), expert);
+  for (;;) {
+    auto it = refs_.find(expert);
+    if (it != refs_.end()) {
+      const auto bytes = table_.Read(it->second);
+      if (!bytes.empty() && static_cast<uint64_t>(range.end - range.begin) <= bytes.size()) {
+        const uint8_t* base = bytes.data();
+        TensorResolver find = [&](const std::string& name) {
+          const TensorInfo& info = ck_.at(name);
+          return RawTensor{base + (info.file_offset - range.begin), &info};
+        };
+        ExpertWeights w = BindExpert(cfg_, layer, expert, find);
+        if (table_.IsCurrent(it->second)) return w;
+      }
+      // Stale (a restarted fetcher invalidated it): ask for this expert again.
+      ++c_.stale_refs;
+      refs_.erase(it);
+    }
+    pending_.insert(expert);
+    ++c_.expert_rerequests;
+    Send({expert});
+    const auto t0 = Clock::now();
+    while (!refs_.count(expert)) WaitOne();
+    c_.expert_wait_seconds += Since(t0);
+    // It was queued again by WaitOne; it is being handed out now.
+    ready_queue_.erase(std::remove(ready_queue_.begin(), ready_queue_.end(), expert), ready_queue_.end());
+  }
+}
+
+void PipelineExpertSource::Release(int64_t layer, int32_t expert) {
+  auto it = refs_.find(expert);
+  if (it == refs_.end()) return;
+  if (!table_.IsCurrent(it->second)) ++c_.stale_refs;
+  ReleaseRef(static_cast<int32_t>(layer), expert, it->second);
+  refs_.erase(it);
+}
+
+}  // namespace k3::compute

@@ -1,0 +1,93 @@
+// Weight sources of k3-compute's pipeline mode: trunk layers from the trunk reader's arenas
+// (pinned + ring), routed experts from the expert fetcher's arena, announced over ZeroMQ
+// (docs/pipeline.md). Every (slot, generation) reference is checked with IsCurrent before
+// and after use; a stale reference or a silent peer (restarted service) makes the source ask
+// again (LayerWant / ExpertRequest are idempotent), so a restart costs time, not tokens.
+// Single-threaded: called from the forward pass's thread only.
+#pragma once
+#include <zmq.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "common/ipc/messages.h"
+#include "common/ipc/shm_arena.h"
+#include "common/ipc/slot_table.h"
+#include "common/ipc/zmq_channel.h"
+#include "common/safetensors.h"
+#include "sources.h"
+
+namespace k3::compute {
+
+struct PipelineCounters {
+  double trunk_wait_seconds = 0, expert_wait_seconds = 0;
+  uint64_t trunk_streamed_bytes = 0;  // ring layers used (each use counted)
+  uint64_t layer_wants = 0, expert_requests = 0, expert_rerequests = 0;
+  uint64_t stale_refs = 0;            // references found stale before or after use
+  ipc::RejectCounter rejects;
+};
+
+class PipelineLayerSource : public LayerSource {
+ public:
+  PipelineLayerSource(const ModelConfig& cfg, const Checkpoint& ck, zmq::socket_t& trunk,
+                      const ipc::ShmArena& pinned, const ipc::ShmArena& ring, PipelineCounters& c,
+                      std::chrono::milliseconds resend);
+  // The model-level tensors (pseudo-layer num_layers, always pinned); blocks until announced.
+  GlobalWeights Globals();
+  const LayerWeights& Acquire(int64_t layer) override;
+  void Release(int64_t layer) override;
+
+ private:
+  bool Usable(const ipc::weights::LayerReady& r) const;
+  const ipc::weights::LayerReady& WaitFor(int32_t layer);
+  void Handle(const ipc::weights::Message& m);
+  TensorResolver Resolver(const ipc::weights::LayerReady& r, int64_t begin, int shard) const;
+
+  const ModelConfig& cfg_;
+  const Checkpoint& ck_;
+  zmq::socket_t& sock_;
+  const ipc::ShmArena& pinned_;
+  ipc::SlotTable ring_;
+  PipelineCounters& c_;
+  std::chrono::milliseconds resend_;
+  std::vector<int64_t> begin_;  // trunk_begin per layer (+ globals)
+  std::vector<int> shard_;
+  std::map<int32_t, ipc::weights::LayerReady> ready_;  // latest announcement per layer
+  std::map<int32_t, LayerWeights> pinned_bound_;
+  LayerWeights current_;
+  std::optional<ipc::weights::LayerReady> held_;
+};
+
+class PipelineExpertSource : public ExpertSource {
+ public:
+  PipelineExpertSource(const ModelConfig& cfg, const Checkpoint& ck, zmq::socket_t& experts,
+                       const ipc::ShmArena& arena, PipelineCounters& c, std::chrono::milliseconds resend);
+  void Request(int64_t layer, const std::vector<int32_t>& experts) override;
+  int32_t NextReady(int64_t layer) override;
+  ExpertWeights Acquire(int64_t layer, int32_t expert) override;
+  void Release(int64_t layer, int32_t expert) override;
+
+ private:
+  void Send(const std::vector<int32_t>& experts);
+  void WaitOne();  // receives one message (or re-requests after the resend timeout)
+  void ReleaseRef(int32_t layer, int32_t expert, const ipc::SlotRef& ref);
+
+  const ModelConfig& cfg_;
+  const Checkpoint& ck_;
+  zmq::socket_t& sock_;
+  ipc::SlotTable table_;
+  PipelineCounters& c_;
+  std::chrono::milliseconds resend_;
+  uint64_t next_id_ = 1;
+  int32_t layer_ = -1;
+  std::set<int32_t> pending_;                 // requested, no current ExpertReady yet
+  std::deque<int32_t> ready_queue_;           // arrived, not yet handed out
+  std::map<int32_t, ipc::SlotRef> refs_;      // arrived (handed out or queued)
+};
+
+}  // namespace k3::compute
