@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <zmq.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -156,11 +157,14 @@ class TrunkReader {
     }
     for (const PinnedEntry& p : pinned_) Send(ipc::Encode(w::LayerReady{p.layer, -1, 0, p.first_byte, p.length}));
     sched_->Want(m.layer);
-    // Layers already in the ring for the new window are announced again (the Want says
-    // compute has no current reference).
+    // Window layers already in the ring are announced again (the Want says compute has no
+    // current reference); the others will be evicted for the new window.
+    const std::vector<int> window = sched_->Window();
     const auto& slots = sched_->slots();
     for (uint32_t s = 0; s < slots.size(); ++s)
-      if (slots[s].state == RingScheduler::State::kReady) AnnounceRing(s);
+      if (slots[s].state == RingScheduler::State::kReady &&
+          std::find(window.begin(), window.end(), slots[s].layer) != window.end())
+        AnnounceRing(s);
   }
 
   void OnMessage(const w::LayerDone& m) {
