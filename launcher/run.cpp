@@ -35,7 +35,8 @@ ArenaSizes SizeArenas(const ModelLayout& m, const plan::MemoryPlan& p) {
   a.ring_slot_bytes = p.ring_slot_bytes > 0 ? p.ring_slot_bytes : 4096;
   a.ring = static_cast<int64_t>(ipc::SlotTable::BytesNeeded(a.ring_slots, static_cast<uint64_t>(a.ring_slot_bytes)));
   a.expert_slots = static_cast<uint32_t>(p.expert_slots);
-  a.expert_slot_bytes = p.expert_slot_bytes;
+  // The fetcher reads an expert's run widened to 4096 bounds straight into its slot.
+  a.expert_slot_bytes = Widened(m.plan_model.expert_bytes);
   a.experts = static_cast<int64_t>(ipc::SlotTable::BytesNeeded(a.expert_slots, static_cast<uint64_t>(a.expert_slot_bytes)));
   return a;
 }
@@ -116,12 +117,12 @@ void Runner::Spawn() {
   const std::string experts = ipc::ShmArena::Name(me, "experts");
   const std::string control = "ipc://" + run + "/control";
   sup_.Add({"trunk-reader",
-            {bin + "/k3-trunk-reader", "--model", opt_.model, "--control", control, "--endpoint",
+            {bin + "/k3-trunk-reader", "--model", opt_.model, "--control", control, "--bind",
              "ipc://" + run + "/trunk", "--pinned-arena", pinned, "--ring-arena", ring,
-             "--pinned-layers", Join(plan_.pinned_layers), "--io", opt_.io},
+             "--pin", Join(plan_.pinned_layers), "--io", opt_.io},
             true});
   sup_.Add({"expert-fetcher",
-            {bin + "/k3-expert-fetcher", "--model", opt_.model, "--control", control, "--endpoint",
+            {bin + "/k3-expert-fetcher", "--model", opt_.model, "--control", control, "--bind",
              "ipc://" + run + "/experts", "--arena", experts, "--io", opt_.io},
             true});
   std::vector<std::string> c = {bin + "/k3-compute", "--pipeline", "--model", opt_.model,
@@ -355,8 +356,9 @@ void Runner::WriteReport(const std::vector<int32_t>& ids,
   };
   const double trunk_bytes = stat("trunk-reader", "bytes_read");
   const double expert_bytes = stat("expert-fetcher", "bytes_read");
-  const double hits = done_ ? static_cast<double>(done_->expert_hits) : 0;
-  const double misses = done_ ? static_cast<double>(done_->expert_misses) : 0;
+  // Hits and misses are the fetcher's (compute cannot tell them apart).
+  const double hits = std::max(0.0, stat("expert-fetcher", "hits"));
+  const double misses = std::max(0.0, stat("expert-fetcher", "misses"));
   const double waits = std::max(0.0, stat("compute", "trunk_wait_seconds")) + std::max(0.0, stat("compute", "expert_wait_seconds"));
   nlohmann::json r;
   r["prompt_ids"] = ids;

@@ -233,8 +233,9 @@ ExpertWeights PipelineExpertSource::Acquire(int64_t layer, int32_t expert) {
     auto it = refs_.find(expert);
     if (it != refs_.end()) {
       const auto bytes = table_.Read(it->second);
-      if (!bytes.empty() && static_cast<uint64_t>(range.end - range.begin) <= bytes.size()) {
-        const uint8_t* base = bytes.data();
+      if (!bytes.empty() && static_cast<uint64_t>(range.end - range.begin + range.begin % 4096) <= bytes.size()) {
+        // The fetcher reads the run widened to 4096 bounds: byte b is at slot + (b - align_down(begin)).
+        const uint8_t* base = bytes.data() + (range.begin % 4096);
         TensorResolver find = [&](const std::string& name) {
           const TensorInfo& info = ck_.at(name);
           return RawTensor{base + (info.file_offset - range.begin), &info};

@@ -1,0 +1,273 @@
+"""Pipeline tests: k3-launch driving the real services on the tiny checkpoint.
+
+The reference is the standalone k3-compute (mmap, same forward pass); the launched pipeline
+must produce exactly its ids at budgets that stream everything, stream half and pin
+everything, with every read backend, and also when a weight service is killed mid-run.
+Every test checks that no /dev/shm/k3-* name and no child process is left behind.
+Environment: K3_TESTDATA (fixture dir), K3_BIN (directory with the binaries).
+"""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BIN = os.environ.get("K3_BIN", "")
+TESTDATA = os.environ.get("K3_TESTDATA", "")
+MODEL = os.path.join(TESTDATA, "tiny")
+IDS = "1,5,9,200,77,3,18,42"
+GEN = 6
+TIMEOUT = 300
+
+
+def shm_names(pid=None):
+    pat = "/dev/shm/k3-%s-*" % pid if pid else "/dev/shm/k3-*"
+    return sorted(glob.glob(pat))
+
+
+def children_of(pid):
+    """Pids whose parent is `pid` (from /proc)."""
+    out = []
+    for d in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out.append(int(d.split("/")[2]))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def service_pid(launcher_pid, exe_name, timeout=60):
+    """Pid of the launcher's child running `exe_name`, waiting until it exists."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for c in children_of(launcher_pid):
+            try:
+                if os.path.basename(os.readlink("/proc/%d/exe" % c)) == exe_name:
+                    return c
+            except OSError:
+                pass
+        time.sleep(0.02)
+    raise AssertionError("%s never started" % exe_name)
+
+
+class PipelineTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not BIN or not os.path.isdir(MODEL):
+            raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
+        cls.tmp = tempfile.mkdtemp(prefix="k3-pipe-test-")
+        cls.toml = os.path.join(cls.tmp, "tiny.toml")
+        with open(cls.toml, "w") as f:
+            f.write('model = "%s"\nbudget = "1G"\nio = "pread"\ngen = %d\nthreads = 1\n' % (MODEL, GEN))
+        r = subprocess.run([os.path.join(BIN, "k3-compute"), "--standalone", MODEL, "--ids", IDS,
+                            "--gen", str(GEN), "--threads", "1"],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        if r.returncode != 0:
+            raise AssertionError("standalone k3-compute failed: " + r.stderr)
+        cls.expected = [int(x) for x in r.stdout.split()]
+        assert len(cls.expected) == GEN
+        # Budgets from the plan itself: its floor (everything streams), the budget where every
+        # layer is pinned, and one in between.
+        cls.floor = cls.plan_floor()
+        cls.budgets = cls.find_budgets()
+
+    @classmethod
+    def dry_run(cls, budget):
+        r = subprocess.run([os.path.join(BIN, "k3-launch"), cls.toml, "--budget", str(budget), "--dry-run"],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        return r
+
+    @classmethod
+    def plan_floor(cls):
+        r = cls.dry_run(1)
+        assert r.returncode == 6, r.stderr
+        # "... below the floor of X (N bytes) ..."
+        return int(r.stderr.split("(")[1].split(" bytes")[0])
+
+    @classmethod
+    def pinned_count(cls, budget):
+        r = cls.dry_run(budget)
+        assert r.returncode == 0, r.stderr
+        line = [l for l in r.stdout.splitlines() if l.startswith("pinned layers:")][0]
+        n, of = line.split(":")[1].split(";")[0].split(" of ")
+        return int(n), int(of)
+
+    @classmethod
+    def find_budgets(cls):
+        lo = cls.floor
+        n_lo, total = cls.pinned_count(lo)
+        hi = lo
+        while cls.pinned_count(hi)[0] < total:
+            hi *= 2
+        # bisect for a budget that pins some but not all layers
+        a, b = lo, hi
+        mid = None
+        for _ in range(40):
+            m = (a + b) // 2
+            n, _ = cls.pinned_count(m)
+            if 0 < n < total:
+                mid = m
+                break
+            if n == 0:
+                a = m
+            else:
+                b = m
+        return {"stream": lo, "middle": mid, "pinned": hi, "n_lo": n_lo, "total": total}
+
+    def launch(self, budget, io="pread", extra=(), out=None):
+        args = [os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(budget), "--io", io,
+                "--ids", IDS] + list(extra)
+        if out:
+            args += ["--out", out]
+        return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finish(self, p):
+        try:
+            out, err = p.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            self.fail("k3-launch timed out: " + err[-2000:])
+        return out, err
+
+    def assertClean(self, pid):
+        self.assertEqual(shm_names(pid), [], "shared memory left behind")
+        self.assertEqual(children_of(pid), [], "processes left behind")
+        self.assertFalse(os.path.exists("/tmp/k3-run-%d" % pid), "run directory left behind")
+
+    def run_and_compare(self, budget, io="pread"):
+        out_json = os.path.join(self.tmp, "report-%s-%s.json" % (budget, io))
+        p = self.launch(budget, io, out=out_json)
+        out, err = self.finish(p)
+        self.assertClean(p.pid)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        ids = [int(x) for x in out.split()]
+        self.assertEqual(ids, self.expected, err[-3000:])
+        with open(out_json) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["generated_ids"], self.expected)
+        self.assertEqual(rep["prompt_ids"], [int(x) for x in IDS.split(",")])
+        for key in ("seconds_per_token", "trunk_bytes_per_token", "expert_bytes_per_token",
+                    "expert_hit_rate", "io_share", "peak_memory", "peak_memory_total_bytes"):
+            self.assertIn(key, rep)
+        for svc in ("compute", "trunk-reader", "expert-fetcher"):
+            self.assertGreater(rep["peak_memory"][svc]["vm_hwm_bytes"], 0)
+        return rep
+
+    def test_budgets_are_distinct(self):
+        b = self.budgets
+        self.assertIsNotNone(b["middle"], "no budget pins only part of the trunk")
+        self.assertEqual(b["n_lo"], 0)
+        self.assertLess(b["stream"], b["middle"])
+        self.assertLess(b["middle"], b["pinned"])
+
+    def test_ids_match_standalone_all_budgets_all_backends(self):
+        for name in ("stream", "middle", "pinned"):
+            for io in ("pread", "direct", "uring", "mmap"):
+                with self.subTest(budget=name, io=io):
+                    rep = self.run_and_compare(self.budgets[name], io)
+                    if name == "stream":
+                        # everything streams: the trunk reader must have read the layers again
+                        self.assertGreater(rep["service_stats"]["trunk-reader"].get("bytes_read", 0), 0)
+
+    def kill_mid_run(self, exe, after_tokens=2):
+        p = self.launch(self.budgets["stream"])
+        victim = service_pid(p.pid, exe)
+        # wait for a couple of generated tokens, then kill -9 the service
+        got = []
+        while len(got) < after_tokens:
+            line = p.stdout.readline()
+            if not line:
+                break
+            got.append(int(line))
+        os.kill(victim, signal.SIGKILL)
+        out, err = self.finish(p)
+        got += [int(x) for x in out.split()]
+        self.assertClean(p.pid)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("killed by signal 9", err)
+        self.assertEqual(got, self.expected, err[-3000:])
+
+    def test_kill_expert_fetcher(self):
+        self.kill_mid_run("k3-expert-fetcher")
+
+    def test_kill_trunk_reader(self):
+        self.kill_mid_run("k3-trunk-reader")
+
+    def test_kill_compute_ends_run(self):
+        p = self.launch(self.budgets["stream"])
+        victim = service_pid(p.pid, "k3-compute")
+        time.sleep(0.3)
+        os.kill(victim, signal.SIGKILL)
+        out, err = self.finish(p)
+        self.assertClean(p.pid)
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("compute killed by signal 9", err)
+
+    def test_sigterm_stops_cleanly(self):
+        p = self.launch(self.budgets["stream"], extra=["--gen", "200"])
+        service_pid(p.pid, "k3-compute")
+        line = p.stdout.readline()  # generation is under way
+        self.assertTrue(line.strip())
+        p.send_signal(signal.SIGTERM)
+        out, err = self.finish(p)
+        self.assertEqual(p.returncode, 5, err)
+        self.assertClean(p.pid)
+
+    def test_budget_below_floor_refused(self):
+        p = self.launch(self.floor - 1)
+        out, err = self.finish(p)
+        self.assertEqual(p.returncode, 6, err)
+        self.assertIn("floor", err)
+        self.assertIn(str(self.floor), err)
+        self.assertEqual(out, "")
+        self.assertClean(p.pid)
+
+    def test_unknown_toml_key(self):
+        bad = os.path.join(self.tmp, "bad.toml")
+        with open(bad, "w") as f:
+            f.write('model = "%s"\nbudget = "1G"\nbudgett = "2G"\n' % MODEL)
+        r = subprocess.run([os.path.join(BIN, "k3-launch"), bad, "--ids", IDS], capture_output=True,
+                           text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("budgett", r.stderr)
+
+
+class ReleasePlanTest(unittest.TestCase):
+    """--dry-run on the real release metadata (config.json + index only)."""
+    RELEASE = os.environ.get("K3_RELEASE", "/work/shared/data/k3-release")
+
+    def test_release_plans(self):
+        if not BIN or not os.path.isdir(self.RELEASE):
+            self.skipTest("no release metadata")
+        toml = os.path.join(tempfile.mkdtemp(prefix="k3-pipe-rel-"), "r.toml")
+        with open(toml, "w") as f:
+            f.write('model = "%s"\n' % self.RELEASE)
+        pinned = []
+        for budget in ("8G", "32G", "128G"):
+            r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", budget, "--dry-run"],
+                               capture_output=True, text=True, timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("config + index", r.stdout)
+            for region in ("trunk-pinned", "trunk-ring", "experts", "kda-state", "mla-cache"):
+                self.assertIn(region, r.stdout)
+            line = [l for l in r.stdout.splitlines() if l.startswith("pinned layers:")][0]
+            pinned.append(int(line.split(":")[1].split(" of ")[0]))
+        self.assertEqual(pinned[0], 0)
+        self.assertLess(pinned[0], pinned[1])
+        self.assertEqual(pinned[2], 93)
+        r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", "4G", "--dry-run"],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 6)
+        self.assertIn("floor", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]] + sys.argv[1:])
