@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Train the bundled demo model models/k3-demo-tiny (a tiny K3, every architectural feature kept).
 
-    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 train/train_demo.py [--out models/k3-demo-tiny]
-        [--work build-demo] [--steps 420] [--threads 2]
+    /usr/bin/python3 train/train_demo.py [--out models/k3-demo-tiny]
+        [--work build-demo] [--steps 800] [--threads 1]
 
 Needs Debian python3-torch, python3-regex (tokenizer training), fortunes + fortunes-min (text)
 and preferably libopenblas0-pthread (reference BLAS makes torch ~10x slower). Steps:
@@ -20,9 +20,13 @@ import shutil
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn.functional as F
+# One BLAS/OpenMP thread: on a shared 2-core machine extra threads spin and run ~8x slower.
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -142,12 +146,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(ROOT, "models", "k3-demo-tiny"))
     ap.add_argument("--work", default=os.path.join(ROOT, "build-demo"))
-    ap.add_argument("--steps", type=int, default=420)
+    ap.add_argument("--steps", type=int, default=800)
     ap.add_argument("--batch", type=int, default=12)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--qat-frac", type=float, default=0.15, help="final fraction of steps with MXFP4 fake-quant experts")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--gen", type=int, default=24)
     args = ap.parse_args(argv)
@@ -212,7 +216,7 @@ def main(argv=None):
                 b = model.lp(L, "block_sparse_moe.gate.e_score_correction_bias")
                 b += 1e-3 * torch.sign(load.mean() - load)
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
-        if step % 10 == 0 or step == args.steps - 1:
+        if step % 5 == 0 or step == args.steps - 1:
             el = time.time() - t0
             log(f"step {step} loss {loss.item():.3f} ema {ema:.3f} lr {lr:.2e} qat {int(model.qat)} "
                 f"{el / (step + 1):.2f} s/step, {el / 60:.1f} min")
