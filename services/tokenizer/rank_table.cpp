@@ -10,14 +10,15 @@ void RankTable::Add(std::string_view bytes, uint32_t rank) {
 bool RankTable::Finish(uint32_t* dup_first, uint32_t* dup_second) {
   size_t cap = 16;
   while (cap < entries_.size() * 2) cap <<= 1;
-  slots_.assign(cap, kNoEntry);
+  slots_.assign(cap, kEmpty);
   mask_ = cap - 1;
   for (uint32_t e = 0; e < entries_.size(); ++e) {
     const Entry& en = entries_[e];
     const char* p = arena_.data() + en.off;
-    size_t i = Hash(p, en.len) & mask_;
-    while (slots_[i] != kNoEntry) {
-      const Entry& other = entries_[slots_[i]];
+    const uint64_t h = Hash(p, en.len);
+    size_t i = h & mask_;
+    while (slots_[i] != kEmpty) {
+      const Entry& other = entries_[static_cast<uint32_t>(slots_[i])];
       if (other.len == en.len && std::memcmp(arena_.data() + other.off, p, en.len) == 0) {
         *dup_first = other.rank;
         *dup_second = en.rank;
@@ -25,7 +26,7 @@ bool RankTable::Finish(uint32_t* dup_first, uint32_t* dup_second) {
       }
       i = (i + 1) & mask_;
     }
-    slots_[i] = e;
+    slots_[i] = (h >> 32 << 32) | e;
   }
   return true;
 }

@@ -22,12 +22,18 @@ class RankTable {
 
   uint32_t Find(const char* p, size_t n) const {
     if (slots_.empty()) return kNoRank;
-    size_t i = Hash(p, n) & mask_;
+    const uint64_t h = Hash(p, n);
+    const uint32_t tag = static_cast<uint32_t>(h >> 32);
+    size_t i = h & mask_;
     for (;;) {
-      const uint32_t e = slots_[i];
-      if (e == kNoEntry) return kNoRank;
-      const Entry& en = entries_[e];
-      if (en.len == n && std::memcmp(arena_.data() + en.off, p, n) == 0) return en.rank;
+      const uint64_t e = slots_[i];
+      if (e == kEmpty) return kNoRank;
+      // The tag (high hash bits) rejects almost every miss without touching the entry,
+      // which is most lookups: BPE probes many pairs that are not tokens.
+      if (static_cast<uint32_t>(e >> 32) == tag) {
+        const Entry& en = entries_[static_cast<uint32_t>(e)];
+        if (en.len == n && std::memcmp(arena_.data() + en.off, p, n) == 0) return en.rank;
+      }
       i = (i + 1) & mask_;
     }
   }
@@ -38,7 +44,7 @@ class RankTable {
   struct Entry {
     uint32_t off, len, rank;
   };
-  static constexpr uint32_t kNoEntry = 0xFFFFFFFFu;
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // slot = tag << 32 | entry index
 
   static uint64_t Hash(const char* p, size_t n) {
     // Tokens are short: mix 8-byte words with a multiply-xorshift; enough spread for
@@ -63,7 +69,7 @@ class RankTable {
 
   std::string arena_;
   std::vector<Entry> entries_;
-  std::vector<uint32_t> slots_;
+  std::vector<uint64_t> slots_;
   size_t mask_ = 0;
 };
 
