@@ -165,6 +165,7 @@ void PipelineExpertSource::Send(const std::vector<int32_t>& experts) {
 void PipelineExpertSource::Request(int64_t layer, const std::vector<int32_t>& experts) {
   layer_ = static_cast<int32_t>(layer);
   pending_ = {experts.begin(), experts.end()};
+  no_slot_.clear();
   ready_queue_.clear();
   refs_.clear();
   ++c_.expert_requests;
@@ -206,6 +207,11 @@ void PipelineExpertSource::WaitOne() {
     ready_queue_.push_back(r->expert);
   } else if (const auto* f = std::get_if<ipc::experts::ExpertFailed>(&msg->message)) {
     if (f->error == ipc::experts::Error::kStaleGeneration) return;
+    // Every slot is held (a small arena): ask again once we have released one.
+    if (f->error == ipc::experts::Error::kNoSlot && f->layer == layer_ && pending_.count(f->expert)) {
+      no_slot_.insert(f->expert);
+      return;
+    }
     if (f->layer == layer_ && pending_.count(f->expert))
       throw RuntimeFailure("expert fetcher: layer " + std::to_string(f->layer) + " expert " +
                            std::to_string(f->expert) + ": " + f->detail);
@@ -264,6 +270,16 @@ void PipelineExpertSource::Release(int64_t layer, int32_t expert) {
   if (!table_.IsCurrent(it->second)) ++c_.stale_refs;
   ReleaseRef(static_cast<int32_t>(layer), expert, it->second);
   refs_.erase(it);
+  if (!no_slot_.empty()) {  // a slot is free now: retry what was refused for lack of one
+    std::vector<int32_t> retry;
+    for (int32_t e : no_slot_)
+      if (pending_.count(e)) retry.push_back(e);
+    no_slot_.clear();
+    if (!retry.empty()) {
+      ++c_.expert_rerequests;
+      Send(retry);
+    }
+  }
 }
 
 }  // namespace k3::compute

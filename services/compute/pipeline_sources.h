@@ -86,6 +86,7 @@ class PipelineExpertSource : public ExpertSource {
   uint64_t next_id_ = 1;
   int32_t layer_ = -1;
   std::set<int32_t> pending_;                 // requested, no current ExpertReady yet
+  std::set<int32_t> no_slot_;                 // refused with NoSlot, retried after a Release
   std::deque<int32_t> ready_queue_;           // arrived, not yet handed out
   std::map<int32_t, ipc::SlotRef> refs_;      // arrived (handed out or queued)
 };

@@ -202,9 +202,9 @@ class PipelineTest(unittest.TestCase):
         self.kill_mid_run("k3-trunk-reader")
 
     def test_kill_compute_ends_run(self):
-        p = self.launch(self.budgets["stream"])
+        p = self.launch(self.budgets["stream"], extra=["--gen", "400"])
         victim = service_pid(p.pid, "k3-compute")
-        time.sleep(0.3)
+        self.assertTrue(p.stdout.readline().strip())  # generation is under way
         os.kill(victim, signal.SIGKILL)
         out, err = self.finish(p)
         self.assertClean(p.pid)
