@@ -67,15 +67,20 @@ void BpeMergeHeap(const RankTable& ranks, std::string_view piece, std::vector<ui
     const uint32_t end = next[j];
     return ranks.Find(piece.data() + i, end - i);
   };
-  using Item = std::pair<uint64_t, uint32_t>;  // (rank << 32 | start, part)
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
+  // Key = rank << 32 | start byte; the start byte is also the part's index, and ordering by
+  // it breaks rank ties leftmost as the rescan does.
+  std::vector<uint64_t> storage;
+  storage.reserve(2 * n);
+  std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<uint64_t>> heap(std::greater<uint64_t>(),
+                                                                                      std::move(storage));
   auto push = [&](uint32_t i) {
     rank[i] = pair_rank(i);
-    if (rank[i] != kNoRank) heap.push({(uint64_t{rank[i]} << 32) | i, i});
+    if (rank[i] != kNoRank) heap.push((uint64_t{rank[i]} << 32) | i);
   };
   for (uint32_t i = 0; i < n; ++i) push(i);
   while (!heap.empty()) {
-    const auto [key, i] = heap.top();
+    const uint64_t key = heap.top();
+    const uint32_t i = static_cast<uint32_t>(key);
     heap.pop();
     // Stale entries: the part died or its pair changed since this entry was pushed.
     if (!alive[i] || rank[i] != static_cast<uint32_t>(key >> 32)) continue;
