@@ -234,6 +234,20 @@ TEST_F(TrunkReaderTest, RestartAfterKillReattachesAndInvalidates) {
   CheckBytes(*r);
 }
 
+TEST_F(TrunkReaderTest, SigtermStopsWithInterruptedAndStats) {
+  Start("uring", "0");
+  ::kill(reader_.pid(), SIGTERM);
+  std::map<std::string, double> stats;
+  for (int i = 0; i < 5 && stats.empty(); ++i) {
+    auto m = launcher_.Control(5s);
+    ASSERT_TRUE(m) << launcher_.ReadStderr("trunk-reader");
+    if (auto* s = std::get_if<ipc::control::Stats>(&m->message))
+      for (const auto& st : s->stats) stats[st.name] = st.value;
+  }
+  EXPECT_GT(stats["bytes_read"], 0) << "pinned layer 0 and the globals were read";
+  EXPECT_EQ(reader_.Wait(), 5);
+}
+
 TEST(TrunkReaderCli, BadFlagsAndMissingArenasExitWithOneLine) {
   FakeLauncher launcher;
   const std::string model = TinyCheckpoint();
