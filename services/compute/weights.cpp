@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "../../common/error.h"
-#include "names.h"
+#include "../../common/tensor_names.h"
 
 namespace k3::compute {
 
@@ -98,11 +98,12 @@ kern::Mxfp4Mat Mx(const ModelConfig& cfg, const TensorResolver& find, const std:
   return m;
 }
 
-FfnWeights Ffn(const TensorResolver& find, const std::string& prefix, int64_t H, int64_t I) {
+FfnWeights Ffn(const TensorResolver& find, const std::string& gate, const std::string& up,
+               const std::string& down, int64_t H, int64_t I) {
   FfnWeights f;
-  f.gate = Mat(find, prefix + "gate_proj.weight", I, H);
-  f.up = Mat(find, prefix + "up_proj.weight", I, H);
-  f.down = Mat(find, prefix + "down_proj.weight", H, I);
+  f.gate = Mat(find, gate, I, H);
+  f.up = Mat(find, up, I, H);
+  f.down = Mat(find, down, H, I);
   return f;
 }
 
@@ -110,71 +111,70 @@ FfnWeights Ffn(const TensorResolver& find, const std::string& prefix, int64_t H,
 
 LayerWeights BindLayer(const ModelConfig& cfg, int64_t l, const TensorResolver& find) {
   const int64_t H = cfg.hidden_size;
-  auto N = [&](const std::string& leaf) { return names::LayerTensor(l, leaf); };
+  auto N = [&](TensorRole role) { return LayerTensorName(static_cast<int>(l), role); };
   LayerWeights w;
   w.layer = l;
   w.kind = cfg.layer_kind.at(static_cast<size_t>(l));
   w.dense = cfg.is_dense(l);
   const std::vector<std::vector<int64_t>> vecH = {{H}};
   const std::vector<std::vector<int64_t>> projH = {{1, H}, {H}};
-  w.in_norm = Vec(find, N("input_layernorm.weight"), vecH);
-  w.post_norm = Vec(find, N("post_attention_layernorm.weight"), vecH);
-  w.attn_res_fold = Fold(Vec(find, N("self_attention_res_norm.weight"), vecH),
-                         Vec(find, N("self_attention_res_proj.weight"), projH));
-  w.mlp_res_fold = Fold(Vec(find, N("mlp_res_norm.weight"), vecH),
-                        Vec(find, N("mlp_res_proj.weight"), projH));
+  w.in_norm = Vec(find, N(TensorRole::kInputLayernorm), vecH);
+  w.post_norm = Vec(find, N(TensorRole::kPostAttentionLayernorm), vecH);
+  w.attn_res_fold = Fold(Vec(find, N(TensorRole::kSelfAttentionResNorm), vecH),
+                         Vec(find, N(TensorRole::kSelfAttentionResProj), projH));
+  w.mlp_res_fold = Fold(Vec(find, N(TensorRole::kMlpResNorm), vecH),
+                        Vec(find, N(TensorRole::kMlpResProj), projH));
 
   if (w.kind == MixerKind::KDA) {
     const int64_t P = cfg.kda_proj(), D = cfg.kda_head_dim, K = cfg.conv_kernel;
-    const std::string a = "self_attn.";
     KdaWeights& k = w.kda;
-    k.q = Mat(find, N(a + "q_proj.weight"), P, H);
-    k.k = Mat(find, N(a + "k_proj.weight"), P, H);
-    k.v = Mat(find, N(a + "v_proj.weight"), P, H);
-    k.f_a = Mat(find, N(a + "f_a_proj.weight"), D, H);
-    k.f_b = Mat(find, N(a + "f_b_proj.weight"), P, D);
-    k.b = Mat(find, N(a + "b_proj.weight"), cfg.kda_heads, H);
-    k.g = Mat(find, N(a + "g_proj.weight"), P, H);
-    k.o = Mat(find, N(a + "o_proj.weight"), H, P);
+    k.q = Mat(find, N(TensorRole::kKdaQProj), P, H);
+    k.k = Mat(find, N(TensorRole::kKdaKProj), P, H);
+    k.v = Mat(find, N(TensorRole::kKdaVProj), P, H);
+    k.f_a = Mat(find, N(TensorRole::kKdaFAProj), D, H);
+    k.f_b = Mat(find, N(TensorRole::kKdaFBProj), P, D);
+    k.b = Mat(find, N(TensorRole::kKdaBProj), cfg.kda_heads, H);
+    k.g = Mat(find, N(TensorRole::kKdaGProj), P, H);
+    k.o = Mat(find, N(TensorRole::kKdaOProj), H, P);
     const std::vector<std::vector<int64_t>> conv = {{P, 1, K}, {P, K}};
-    k.conv_q = Vec(find, N(a + "q_conv1d.weight"), conv);
-    k.conv_k = Vec(find, N(a + "k_conv1d.weight"), conv);
-    k.conv_v = Vec(find, N(a + "v_conv1d.weight"), conv);
+    k.conv_q = Vec(find, N(TensorRole::kKdaQConv1d), conv);
+    k.conv_k = Vec(find, N(TensorRole::kKdaKConv1d), conv);
+    k.conv_v = Vec(find, N(TensorRole::kKdaVConv1d), conv);
     // A_log ships zero-padded to head_dim entries; only the first num_heads are per-head
     // decay scales (K3-MODEL.md §7.2). Accept the padded and the exact length.
     std::vector<std::vector<int64_t>> alog = {{std::max(D, cfg.kda_heads)}, {cfg.kda_heads},
                                               {cfg.kda_heads, 1}, {1, 1, cfg.kda_heads, 1}};
-    k.a_log = Vec(find, N(a + "A_log"), alog, cfg.kda_heads);
-    k.dt_bias = Vec(find, N(a + "dt_bias"), {{P}});
-    k.o_norm = Vec(find, N(a + "o_norm.weight"), {{D}});
+    k.a_log = Vec(find, N(TensorRole::kKdaALog), alog, cfg.kda_heads);
+    k.dt_bias = Vec(find, N(TensorRole::kKdaDtBias), {{P}});
+    k.o_norm = Vec(find, N(TensorRole::kKdaONorm), {{D}});
   } else {
     const int64_t nh = cfg.mla_heads, ql = cfg.q_lora_rank, kl = cfg.kv_lora_rank;
     const int64_t qh = cfg.mla_q_head(), rope = cfg.qk_rope_head_dim;
     const int64_t kvh = cfg.qk_nope_head_dim + cfg.v_head_dim;
-    const std::string a = "self_attn.";
     MlaWeights& m = w.mla;
-    m.q_a = Mat(find, N(a + "q_a_proj.weight"), ql, H);
-    m.q_a_norm = Vec(find, N(a + "q_a_layernorm.weight"), {{ql}});
-    m.q_b = Mat(find, N(a + "q_b_proj.weight"), nh * qh, ql);
-    m.kv_a = Mat(find, N(a + "kv_a_proj_with_mqa.weight"), kl + rope, H);
-    m.kv_a_norm = Vec(find, N(a + "kv_a_layernorm.weight"), {{kl}});
-    m.kv_b = Mat(find, N(a + "kv_b_proj.weight"), nh * kvh, kl);
-    m.g = Mat(find, N(a + "g_proj.weight"), nh * cfg.v_head_dim, H);
-    m.o = Mat(find, N(a + "o_proj.weight"), H, nh * cfg.v_head_dim);
+    m.q_a = Mat(find, N(TensorRole::kMlaQAProj), ql, H);
+    m.q_a_norm = Vec(find, N(TensorRole::kMlaQALayernorm), {{ql}});
+    m.q_b = Mat(find, N(TensorRole::kMlaQBProj), nh * qh, ql);
+    m.kv_a = Mat(find, N(TensorRole::kMlaKvAProjWithMqa), kl + rope, H);
+    m.kv_a_norm = Vec(find, N(TensorRole::kMlaKvALayernorm), {{kl}});
+    m.kv_b = Mat(find, N(TensorRole::kMlaKvBProj), nh * kvh, kl);
+    m.g = Mat(find, N(TensorRole::kMlaGProj), nh * cfg.v_head_dim, H);
+    m.o = Mat(find, N(TensorRole::kMlaOProj), H, nh * cfg.v_head_dim);
   }
 
   if (w.dense) {
-    w.dense_ffn = Ffn(find, N("mlp."), H, cfg.intermediate_size);
+    w.dense_ffn = Ffn(find, N(TensorRole::kDenseGateProj), N(TensorRole::kDenseUpProj),
+                      N(TensorRole::kDenseDownProj), H, cfg.intermediate_size);
   } else {
     const int64_t E = cfg.num_experts, L = cfg.latent_size;
-    const std::string b = "block_sparse_moe.";
     MoeWeights& m = w.moe;
-    m.router = Mat(find, N(b + "gate.weight"), E, H);
-    m.bias = Vec(find, N(b + "gate.e_score_correction_bias"), {{E}});
-    m.down_lat = Mat(find, N(b + "routed_expert_down_proj.weight"), L, H);
-    m.up_lat = Mat(find, N(b + "routed_expert_up_proj.weight"), H, L);
-    m.lat_norm = Vec(find, N(b + "routed_expert_norm.weight"), {{L}});
-    m.shared = Ffn(find, N(b + "shared_experts."), H, cfg.shared_width());
+    m.router = Mat(find, N(TensorRole::kMoeGate), E, H);
+    m.bias = Vec(find, N(TensorRole::kMoeGateBias), {{E}});
+    m.down_lat = Mat(find, N(TensorRole::kMoeLatentDown), L, H);
+    m.up_lat = Mat(find, N(TensorRole::kMoeLatentUp), H, L);
+    m.lat_norm = Vec(find, N(TensorRole::kMoeLatentNorm), {{L}});
+    m.shared = Ffn(find, N(TensorRole::kSharedGateProj), N(TensorRole::kSharedUpProj),
+                   N(TensorRole::kSharedDownProj), H, cfg.shared_width());
   }
   return w;
 }
@@ -182,21 +182,23 @@ LayerWeights BindLayer(const ModelConfig& cfg, int64_t l, const TensorResolver& 
 GlobalWeights BindGlobals(const ModelConfig& cfg, const TensorResolver& find) {
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
   GlobalWeights g;
-  g.embed = Mat(find, names::Embed(), V, H);
-  g.lm_head = Mat(find, names::LmHead(), V, H);
-  g.final_norm = Vec(find, names::FinalNorm(), {{H}});
-  g.out_res_fold = Fold(Vec(find, names::OutResNorm(), {{H}}),
-                        Vec(find, names::OutResProj(), {{1, H}, {H}}));
+  g.embed = Mat(find, ModelTensorName(ModelRole::kEmbedTokens), V, H);
+  g.lm_head = Mat(find, ModelTensorName(ModelRole::kLmHead), V, H);
+  g.final_norm = Vec(find, ModelTensorName(ModelRole::kNorm), {{H}});
+  g.out_res_fold = Fold(Vec(find, ModelTensorName(ModelRole::kOutputAttnResNorm), {{H}}),
+                        Vec(find, ModelTensorName(ModelRole::kOutputAttnResProj), {{1, H}, {H}}));
   return g;
 }
 
 ExpertWeights BindExpert(const ModelConfig& cfg, int64_t l, int64_t e, const TensorResolver& find) {
   const int64_t I = cfg.moe_intermediate_size, L = cfg.latent_size;
-  auto n = [&](const char* which, const char* part) { return names::Expert(l, e, which, part); };
+  auto n = [&](ExpertProj w, bool scale) {
+    return ExpertTensorName(static_cast<int>(l), static_cast<int>(e), w, scale);
+  };
   ExpertWeights w;
-  w.w1 = Mx(cfg, find, n("w1", "weight_packed"), n("w1", "weight_scale"), I, L);
-  w.w3 = Mx(cfg, find, n("w3", "weight_packed"), n("w3", "weight_scale"), I, L);
-  w.w2 = Mx(cfg, find, n("w2", "weight_packed"), n("w2", "weight_scale"), L, I);
+  w.w1 = Mx(cfg, find, n(ExpertProj::kW1, false), n(ExpertProj::kW1, true), I, L);
+  w.w3 = Mx(cfg, find, n(ExpertProj::kW3, false), n(ExpertProj::kW3, true), I, L);
+  w.w2 = Mx(cfg, find, n(ExpertProj::kW2, false), n(ExpertProj::kW2, true), L, I);
   return w;
 }
 
