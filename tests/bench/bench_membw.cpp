@@ -1,0 +1,64 @@
+// k3-bench-membw [--gib N] [--repeats R] [--threads T]
+// Memory read bandwidth: all threads sum a buffer far larger than the caches. This is the
+// ceiling for a token whose weights are all resident (each weight byte is read once per
+// token), so bench_pipeline.py divides the bytes a token touches by it. Prints GB/s (10^9).
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+namespace {
+
+// Sums 64-bit words; integer adds vectorise without reassociation flags, and the sum is
+// printed so the reads cannot be optimised away.
+uint64_t SumWords(const uint64_t* p, size_t n) {
+  uint64_t s = 0;
+#pragma omp parallel for schedule(static) reduction(+ : s)
+  for (size_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"k3-bench-membw: memory read bandwidth (all cores, buffer >> caches)"};
+  double gib = 4;
+  int repeats = 5, threads = 0;
+  app.add_option("--gib", gib, "buffer size in GiB")->check(CLI::Range(0.0625, 256.0));
+  app.add_option("--repeats", repeats, "timed passes (best is reported)")->check(CLI::Range(1, 1000));
+  app.add_option("--threads", threads, "OpenMP threads (default: all cores)")->check(CLI::Range(0, 1024));
+  CLI11_PARSE(app, argc, argv);
+  omp_set_num_threads(threads > 0 ? threads : omp_get_num_procs());
+
+  const size_t bytes = static_cast<size_t>(gib * 1073741824.0) / 4096 * 4096;
+  const size_t n = bytes / sizeof(uint64_t);
+  auto* raw = static_cast<uint64_t*>(std::aligned_alloc(4096, bytes));
+  if (!raw) {
+    std::fprintf(stderr, "k3-bench-membw: cannot allocate %zu bytes\n", bytes);
+    return 3;
+  }
+  std::unique_ptr<uint64_t, decltype(&std::free)> buf(raw, &std::free);
+  // First touch in parallel with the same static schedule, so pages are faulted in (and,
+  // on NUMA machines, placed) the way the timed passes read them.
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) raw[i] = i * 0x9E3779B97F4A7C15ull;
+
+  uint64_t check = SumWords(raw, n);  // warm-up pass
+  double best = 1e30, total = 0;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    check ^= SumWords(raw, n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, s);
+    total += s;
+  }
+  std::printf("membw: %zu bytes, %d threads, best %.1f GB/s, mean %.1f GB/s (checksum %llx)\n", bytes,
+              omp_get_max_threads(), bytes / best / 1e9, bytes * repeats / total / 1e9,
+              static_cast<unsigned long long>(check));
+  return 0;
+}
