@@ -151,4 +151,45 @@ struct Done {
 using Message = std::variant<Generate, Token, Done>;
 }  // namespace compute
 
+namespace tokenizer {
+enum class Error : uint8_t { kNone = 0, kBadInput = 1, kUnknownId = 2, kUnsupported = 3 };
+struct Encode {
+  uint64_t request_id = 0;
+  std::string text;  // bytes, not necessarily UTF-8
+  bool allow_special = false;
+  bool operator==(const Encode&) const = default;
+};
+struct Encoded {
+  uint64_t request_id = 0;
+  std::vector<int32_t> ids;
+  bool operator==(const Encoded&) const = default;
+};
+struct Decode {
+  uint64_t request_id = 0;
+  std::vector<int32_t> ids;
+  bool stream = false;
+  bool final = false;
+  bool operator==(const Decode&) const = default;
+};
+struct Decoded {
+  uint64_t request_id = 0;
+  std::string text;  // bytes
+  bool operator==(const Decoded&) const = default;
+};
+struct RenderChat {
+  uint64_t request_id = 0;
+  std::string history_jsonl;
+  bool thinking = true;
+  std::string thinking_effort;
+  bool operator==(const RenderChat&) const = default;
+};
+struct Failed {
+  uint64_t request_id = 0;
+  Error error = Error::kNone;
+  std::string detail;
+  bool operator==(const Failed&) const = default;
+};
+using Message = std::variant<Encode, Encoded, Decode, Decoded, RenderChat, Failed>;
+}  // namespace tokenizer
+
 }  // namespace k3::ipc

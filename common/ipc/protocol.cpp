@@ -8,6 +8,7 @@
 #include "k3proto/compute_generated.h"
 #include "k3proto/control_generated.h"
 #include "k3proto/experts_generated.h"
+#include "k3proto/tokenizer_generated.h"
 #include "k3proto/weights_generated.h"
 
 namespace k3::ipc {
@@ -17,12 +18,14 @@ namespace fbc = k3::proto::control;
 namespace fbw = k3::proto::weights;
 namespace fbe = k3::proto::experts;
 namespace fbp = k3::proto::compute;
+namespace fbt = k3::proto::tokenizer;
 using flatbuffers::FlatBufferBuilder;
 
 // The C++ enums mirror the schema enums value for value; the casts below rely on it.
 static_assert(static_cast<int>(fbw::Error::ShuttingDown) == static_cast<int>(weights::Error::kShuttingDown));
 static_assert(static_cast<int>(fbe::Error::NoSlot) == static_cast<int>(experts::Error::kNoSlot));
 static_assert(static_cast<int>(fbe::Priority::Prefetch) == static_cast<int>(experts::Priority::kPrefetch));
+static_assert(static_cast<int>(fbt::Error::Unsupported) == static_cast<int>(tokenizer::Error::kUnsupported));
 
 template <class UnionType>
 Encoded Finish(FlatBufferBuilder& fbb, Protocol p, UnionType t) {
@@ -33,6 +36,14 @@ Encoded Finish(FlatBufferBuilder& fbb, Protocol p, UnionType t) {
 }
 
 std::string Str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+// Text travels as [ubyte] (prompts need not be UTF-8, which FlatBuffers strings require).
+std::string Bytes(const flatbuffers::Vector<uint8_t>* v) {
+  return v ? std::string(reinterpret_cast<const char*>(v->data()), v->size()) : std::string();
+}
+flatbuffers::Offset<flatbuffers::Vector<uint8_t>> BytesVec(FlatBufferBuilder& fbb, const std::string& s) {
+  return fbb.CreateVector(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
 
 template <class T>
 std::vector<T> Vec(const flatbuffers::Vector<T>* v) {
@@ -106,6 +117,10 @@ std::string KindName(Kind k) {
     case Protocol::kCompute:
       if (t >= 1 && t <= static_cast<uint8_t>(fbp::Message::MAX))
         return std::string("compute.") + fbp::EnumNameMessage(static_cast<fbp::Message>(t));
+      break;
+    case Protocol::kTokenizer:
+      if (t >= 1 && t <= static_cast<uint8_t>(fbt::Message::MAX))
+        return std::string("tokenizer.") + fbt::EnumNameMessage(static_cast<fbt::Message>(t));
       break;
   }
   return "<bad kind " + std::to_string(static_cast<int>(k.protocol)) + "." + std::to_string(t) + ">";
@@ -363,6 +378,89 @@ Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<
           }
           default:
             return R::Fail("unknown compute message type");
+        }
+      });
+}
+
+// ============================== tokenizer ==============================
+
+Encoded Encode(const tokenizer::Encode& m) {
+  FlatBufferBuilder fbb(64 + m.text.size());
+  auto text = BytesVec(fbb, m.text);
+  auto msg = fbt::CreateEncode(fbb, m.request_id, text, m.allow_special);
+  fbt::FinishSizePrefixedEnvelopeBuffer(fbb, fbt::CreateEnvelope(fbb, fbt::Message::Encode, msg.Union()));
+  return Finish(fbb, Protocol::kTokenizer, fbt::Message::Encode);
+}
+Encoded Encode(const tokenizer::Encoded& m) {
+  FlatBufferBuilder fbb(64 + 4 * m.ids.size());
+  auto msg = fbt::CreateEncodedDirect(fbb, m.request_id, &m.ids);
+  fbt::FinishSizePrefixedEnvelopeBuffer(fbb, fbt::CreateEnvelope(fbb, fbt::Message::Encoded, msg.Union()));
+  return Finish(fbb, Protocol::kTokenizer, fbt::Message::Encoded);
+}
+Encoded Encode(const tokenizer::Decode& m) {
+  FlatBufferBuilder fbb(64 + 4 * m.ids.size());
+  auto msg = fbt::CreateDecodeDirect(fbb, m.request_id, &m.ids, m.stream, m.final);
+  fbt::FinishSizePrefixedEnvelopeBuffer(fbb, fbt::CreateEnvelope(fbb, fbt::Message::Decode, msg.Union()));
+  return Finish(fbb, Protocol::kTokenizer, fbt::Message::Decode);
+}
+Encoded Encode(const tokenizer::Decoded& m) {
+  FlatBufferBuilder fbb(64 + m.text.size());
+  auto text = BytesVec(fbb, m.text);
+  auto msg = fbt::CreateDecoded(fbb, m.request_id, text);
+  fbt::FinishSizePrefixedEnvelopeBuffer(fbb, fbt::CreateEnvelope(fbb, fbt::Message::Decoded, msg.Union()));
+  return Finish(fbb, Protocol::kTokenizer, fbt::Message::Decoded);
+}
+Encoded Encode(const tokenizer::RenderChat& m) {
+  FlatBufferBuilder fbb(128 + m.history_jsonl.size());
+  auto hist = BytesVec(fbb, m.history_jsonl);
+  auto effort = fbb.CreateString(m.thinking_effort);
+  auto msg = fbt::CreateRenderChat(fbb, m.request_id, hist, m.thinking, effort);
+  fbt::FinishSizePrefixedEnvelopeBuffer(fbb, fbt::CreateEnvelope(fbb, fbt::Message::RenderChat, msg.Union()));
+  return Finish(fbb, Protocol::kTokenizer, fbt::Message::RenderChat);
+}
+Encoded Encode(const tokenizer::Failed& m) {
+  FlatBufferBuilder fbb(128);
+  auto msg = fbt::CreateFailedDirect(fbb, m.request_id, static_cast<fbt::Error>(m.error), m.detail.c_str());
+  fbt::FinishSizePrefixedEnvelopeBuffer(fbb, fbt::CreateEnvelope(fbb, fbt::Message::Failed, msg.Union()));
+  return Finish(fbb, Protocol::kTokenizer, fbt::Message::Failed);
+}
+
+Result<tokenizer::Message> DecodeTokenizer(std::span<const uint8_t> kind, std::span<const uint8_t> payload) {
+  using R = Result<tokenizer::Message>;
+  return DecodeWith<fbt::Envelope, tokenizer::Message>(
+      Protocol::kTokenizer, kMaxTokenizerPayload, kind, payload,
+      [](flatbuffers::Verifier& v) { return fbt::VerifySizePrefixedEnvelopeBuffer(v); },
+      [](const fbt::Envelope* e) -> R {
+        switch (e->message_type()) {
+          case fbt::Message::Encode: {
+            const auto* m = e->message_as_Encode();
+            return R::Ok(tokenizer::Encode{m->request_id(), Bytes(m->text()), m->allow_special()});
+          }
+          case fbt::Message::Encoded: {
+            const auto* m = e->message_as_Encoded();
+            return R::Ok(tokenizer::Encoded{m->request_id(), Vec(m->ids())});
+          }
+          case fbt::Message::Decode: {
+            const auto* m = e->message_as_Decode();
+            return R::Ok(tokenizer::Decode{m->request_id(), Vec(m->ids()), m->stream(), m->final()});
+          }
+          case fbt::Message::Decoded: {
+            const auto* m = e->message_as_Decoded();
+            return R::Ok(tokenizer::Decoded{m->request_id(), Bytes(m->text())});
+          }
+          case fbt::Message::RenderChat: {
+            const auto* m = e->message_as_RenderChat();
+            return R::Ok(tokenizer::RenderChat{m->request_id(), Bytes(m->history_jsonl()), m->thinking(),
+                                               Str(m->thinking_effort())});
+          }
+          case fbt::Message::Failed: {
+            const auto* m = e->message_as_Failed();
+            if (m->error() > fbt::Error::MAX) return R::Fail("Failed.error out of range");
+            return R::Ok(tokenizer::Failed{m->request_id(), static_cast<tokenizer::Error>(m->error()),
+                                           Str(m->detail())});
+          }
+          default:
+            return R::Fail("unknown tokenizer message type");
         }
       });
 }

@@ -22,7 +22,7 @@
 namespace k3::ipc {
 
 // First byte of the kind frame: which schema the payload belongs to.
-enum class Protocol : uint8_t { kControl = 1, kWeights = 2, kExperts = 3, kCompute = 4 };
+enum class Protocol : uint8_t { kControl = 1, kWeights = 2, kExperts = 3, kCompute = 4, kTokenizer = 5 };
 
 struct Kind {
   Protocol protocol = Protocol::kControl;
@@ -38,6 +38,8 @@ std::string KindName(Kind k);
 // only ids and counters; Generate may carry a long prompt (4M ids).
 inline constexpr size_t kMaxSmallPayload = 64 * 1024;
 inline constexpr size_t kMaxComputePayload = 16u * 1024 * 1024 + 4096;
+// Encode carries a whole prompt text, Encoded/Decode its ids: the same bound as compute.
+inline constexpr size_t kMaxTokenizerPayload = kMaxComputePayload;
 
 struct Encoded {
   Kind kind;
@@ -62,6 +64,12 @@ Encoded Encode(const experts::ExpertBytes& m);
 Encoded Encode(const compute::Generate& m);
 Encoded Encode(const compute::Token& m);
 Encoded Encode(const compute::Done& m);
+Encoded Encode(const tokenizer::Encode& m);
+Encoded Encode(const tokenizer::Encoded& m);
+Encoded Encode(const tokenizer::Decode& m);
+Encoded Encode(const tokenizer::Decoded& m);
+Encoded Encode(const tokenizer::RenderChat& m);
+Encoded Encode(const tokenizer::Failed& m);
 // Any alternative of a protocol's variant.
 template <class Variant>
 Encoded EncodeAny(const Variant& v) {
@@ -73,6 +81,7 @@ Result<control::Message> DecodeControl(std::span<const uint8_t> kind, std::span<
 Result<weights::Message> DecodeWeights(std::span<const uint8_t> kind, std::span<const uint8_t> payload);
 Result<experts::Message> DecodeExperts(std::span<const uint8_t> kind, std::span<const uint8_t> payload);
 Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<const uint8_t> payload);
+Result<tokenizer::Message> DecodeTokenizer(std::span<const uint8_t> kind, std::span<const uint8_t> payload);
 
 // Checksum carried by ExpertBytes (XXH3_64bits, seed 0).
 uint64_t ExpertChecksum(std::span<const uint8_t> bytes);
