@@ -376,6 +376,13 @@ void Runner::WriteReport(const std::vector<int32_t>& ids,
   r["expert_hit_rate"] = hits + misses > 0 ? hits / (hits + misses) : -1.0;
   r["compute_wait_seconds"] = waits;
   r["io_share"] = run_seconds_ > 0 ? waits / run_seconds_ : 0.0;
+  // Decode steps only (the prompt pass also waits for start-up reads): overlap per token.
+  const double steps = stat("compute", "decode_steps");
+  const double trunk_wait_tok = steps > 0 ? std::max(0.0, stat("compute", "decode_trunk_wait_seconds")) / steps : 0.0;
+  const double expert_wait_tok = steps > 0 ? std::max(0.0, stat("compute", "decode_expert_wait_seconds")) / steps : 0.0;
+  r["trunk_wait_seconds_per_token"] = trunk_wait_tok;
+  r["expert_wait_seconds_per_token"] = expert_wait_tok;
+  r["compute_wait_seconds_per_token"] = trunk_wait_tok + expert_wait_tok;
   int64_t total = 0;
   nlohmann::json mem = nlohmann::json::object();
   for (const auto& [name, pm] : peak_) {
@@ -396,6 +403,8 @@ void Runner::WriteReport(const std::vector<int32_t>& ids,
   std::fprintf(stderr, "[launch] trunk %.0f B/token, experts %.0f B/token, expert hit rate %.3f, compute waited %.3f s (%.0f%% of the run)\n",
                r["trunk_bytes_per_token"].get<double>(), r["expert_bytes_per_token"].get<double>(),
                r["expert_hit_rate"].get<double>(), waits, 100 * r["io_share"].get<double>());
+  std::fprintf(stderr, "[launch] compute waited on I/O %.4f s/token while decoding (trunk %.4f, experts %.4f) of %.4f s/token\n",
+               trunk_wait_tok + expert_wait_tok, trunk_wait_tok, expert_wait_tok, r["seconds_per_token"].get<double>());
   for (const auto& [name, pm] : peak_)
     std::fprintf(stderr, "[launch] peak %-15s %s (shm %s)\n", name.c_str(), plan::FormatBytes(pm.vm_hwm).c_str(),
                  plan::FormatBytes(pm.rss_shmem).c_str());

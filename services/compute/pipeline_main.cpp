@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <zmq.hpp>
@@ -71,7 +72,11 @@ void ComputeService::Serve(const ipc::compute::Generate& g, const std::string&) 
   p.full_recompute = g.full_recompute;
   p.prefill_chunk = g.prefill_chunk > 0 ? g.prefill_chunk : 64;
   GreedyHooks hooks;
+  // Waits of the decode steps alone (the prompt pass also waits for start-up reads), so the
+  // launcher can show I/O wait per generated token.
+  PipelineCounters at_prefill;
   hooks.after_prefill = [&](const float* logits) {
+    at_prefill = counters_;
     if (opt_.dump_logits.empty()) return;
     std::ofstream f(opt_.dump_logits, std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char*>(logits), static_cast<std::streamsize>(cfg_.vocab_size * 4));
@@ -86,6 +91,9 @@ void ComputeService::Serve(const ipc::compute::Generate& g, const std::string&) 
                                  "compute",
                                  {S("trunk_wait_seconds", c.trunk_wait_seconds),
                                   S("expert_wait_seconds", c.expert_wait_seconds),
+                                  S("decode_trunk_wait_seconds", c.trunk_wait_seconds - at_prefill.trunk_wait_seconds),
+                                  S("decode_expert_wait_seconds", c.expert_wait_seconds - at_prefill.expert_wait_seconds),
+                                  S("decode_steps", std::max(0.0, static_cast<double>(r.generated.size()) - 1)),
                                   S("trunk_streamed_bytes", static_cast<double>(c.trunk_streamed_bytes)),
                                   S("layer_wants", static_cast<double>(c.layer_wants)),
                                   S("expert_requests", static_cast<double>(c.expert_requests)),

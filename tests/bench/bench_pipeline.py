@@ -256,14 +256,13 @@ def summarise(r, gen, w):
     expert_bytes = svc(r, "expert-fetcher", "bytes_read")
     expert_busy = svc(r, "expert-fetcher", "read_seconds", -1)
     spt = r["seconds_per_token"]
-    decode_wait = svc(r, "compute", "decode_trunk_wait_seconds", -1) + svc(r, "compute", "decode_expert_wait_seconds", -1)
-    decode_steps = max(1, gen - 1)
     s = dict(spt=spt, load=r["_load"], cold=r["_cold"],
              trunk_per_tok=trunk_streamed / gen, expert_per_tok=expert_bytes / gen,
              hit_rate=r.get("expert_hit_rate", -1),
-             wait_per_tok=decode_wait / decode_steps if decode_wait >= 0 else -1,
-             trunk_wait_per_tok=svc(r, "compute", "decode_trunk_wait_seconds", -1) / decode_steps,
-             expert_wait_per_tok=svc(r, "compute", "decode_expert_wait_seconds", -1) / decode_steps,
+             # Decode steps only (the launcher's report; -1 from an engine without the counters).
+             wait_per_tok=r.get("compute_wait_seconds_per_token", -1),
+             trunk_wait_per_tok=r.get("trunk_wait_seconds_per_token", -1),
+             expert_wait_per_tok=r.get("expert_wait_seconds_per_token", -1),
              trunk_busy_mbs=trunk_streamed / trunk_busy / 1e6 if trunk_busy > 0 else 0,
              expert_busy_mbs=expert_bytes / expert_busy / 1e6 if expert_busy > 0 else 0)
     s["read_per_tok"] = s["trunk_per_tok"] + s["expert_per_tok"]
