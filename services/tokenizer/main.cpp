@@ -4,6 +4,7 @@
 //          (or --ids-file PATH holding the same comma-separated list, for long streams)
 //   chat   --vocab DIR --history PATH [--no-think | --thinking-effort E]
 //                                           ids of the rendered transcript + generation prompt
+//   serve  --vocab DIR --control EP --bind EP  the pipeline service (serve.h, docs/pipeline.md)
 // Errors print "k3-tokenizer: <message>" and exit with the k3::ExitCode of the error.
 #include <CLI/CLI.hpp>
 #include <charconv>
@@ -15,6 +16,7 @@
 #include "../../common/error.h"
 #include "chat_template.h"
 #include "history.h"
+#include "serve.h"
 #include "tokenizer.h"
 
 namespace {
@@ -88,6 +90,11 @@ int main(int argc, char** argv) {
   chat->add_option("--history", history, "JSONL history ending with a user message")->required();
   auto* nt = chat->add_flag("--no-think", no_think, "thinking off: no preamble, response channel only");
   chat->add_option("--thinking-effort", effort, "low, high or max (default max)")->excludes(nt);
+  k3::tok::ServeOptions serve_opt;
+  auto* serve = app.add_subcommand("serve", "run as the pipeline's tokenizer service");
+  serve->add_option("--vocab", serve_opt.vocab, "tokenizer directory")->required();
+  serve->add_option("--control", serve_opt.control, "launcher control endpoint")->required();
+  serve->add_option("--bind", serve_opt.bind, "endpoint this service binds (ROUTER)")->required();
 
   try {
     app.parse(argc, argv);
@@ -96,6 +103,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "k3-tokenizer: %s\n", e.what());
     return k3::kExitUsage;
   }
+  if (serve->parsed()) return k3::tok::Serve(serve_opt);  // reports its own errors
   try {
     if (chat->parsed() && !no_think && !k3::tok::IsValidThinkingEffort(effort))
       throw k3::UsageError("--thinking-effort must be low, high or max");

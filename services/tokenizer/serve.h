@@ -1,0 +1,17 @@
+// `k3-tokenizer serve`: the tokenizer as a pipeline service (docs/pipeline.md, "k3-tokenizer").
+#pragma once
+#include <string>
+
+namespace k3::tok {
+
+struct ServeOptions {
+  std::string vocab;    // tokenizer directory
+  std::string control;  // launcher control endpoint (connect)
+  std::string bind;     // tokenizer endpoint (bind, ROUTER)
+};
+
+// Hello → load the vocabulary → bind → Ready → serve until Shutdown (exit 0) or SIGTERM/SIGINT
+// (exit 5) → stats line + control Stats. A fatal error sends Dead and returns its exit code.
+int Serve(const ServeOptions& o);
+
+}  // namespace k3::tok
