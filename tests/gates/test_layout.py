@@ -114,7 +114,7 @@ class LayoutMixin:
     def test_config_is_nested_release_shape(self):
         with open(os.path.join(self.dir, "config.json")) as f:
             top = json.load(f)
-        with open("/work/shared/data/k3-release/config.json") as f:
+        with open(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "k3-release", "config.json"))) as f:
             rel = json.load(f)
         self.assertEqual(set(top), set(rel))
         self.assertEqual(set(top["text_config"]), set(rel["text_config"]))

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mxfp4_quant  # noqa: E402
 import st_writer  # noqa: E402
 
-TEMPLATE = "/work/shared/data/k3-release/config.json"
+TEMPLATE = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "k3-release", "config.json"))
 PREFIX = "language_model.model."
 HEAD = "language_model.lm_head.weight"
 

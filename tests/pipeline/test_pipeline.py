@@ -242,7 +242,7 @@ class PipelineTest(unittest.TestCase):
 
 class ReleasePlanTest(unittest.TestCase):
     """--dry-run on the real release metadata (config.json + index only)."""
-    RELEASE = os.environ.get("K3_RELEASE", "/work/shared/data/k3-release")
+    RELEASE = os.environ.get("K3_RELEASE", os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "k3-release")))
 
     def test_release_plans(self):
         if not BIN or not os.path.isdir(self.RELEASE):

@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ref_ops as ops  # noqa: E402
 
-REAL_MXFP4 = "/work/shared/data/k3-release/mxfp4-layer1-expert0-w1-rows.json"
+REAL_MXFP4 = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "k3-release", "mxfp4-layer1-expert0-w1-rows.json"))
 
 
 def f32(x):
