@@ -36,11 +36,9 @@ void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, Expe
           cfg.routed_scaling_factor, idx.data() + t * K, weight.data() + t * K);
   if (topk_out) std::copy(idx.begin(), idx.end(), topk_out);
 
-  // 4. latent down-projection.
-  std::vector<float> xl(static_cast<size_t>(T * L));
-  kern::Matmul(w.down_lat, x, T, xl.data());
-
-  // 5. group (token, rank) slots by expert; one MXFP4 matmul per expert over its rows.
+  // 5a. group (token, rank) slots by expert and ask for the experts at once: the latent
+  // down-projection and the shared experts below do not need them, so they run while a
+  // streaming source reads (same arithmetic, only earlier).
   std::vector<std::vector<int64_t>> slots(static_cast<size_t>(E));
   std::vector<int32_t> wanted;
   for (int64_t s = 0; s < T * K; ++s) {
@@ -49,6 +47,14 @@ void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, Expe
     v.push_back(s);
   }
   experts.Request(layer, wanted);
+
+  // 4. latent down-projection; 8 (computed early). shared experts on the full x, unweighted.
+  std::vector<float> xl(static_cast<size_t>(T * L));
+  kern::Matmul(w.down_lat, x, T, xl.data());
+  std::vector<float> shared(static_cast<size_t>(T * H));
+  FfnForward(cfg, w.shared, x, T, shared.data());
+
+  // 5b. one MXFP4 matmul per expert over its rows, in arrival order.
   std::vector<float> yk(static_cast<size_t>(T * K * L));  // expert output per (token, rank)
   std::vector<float> X, A, B, Y;
   std::vector<char> done(static_cast<size_t>(E), 0);
@@ -93,10 +99,8 @@ void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, Expe
     RmsNorm(yt, w.lat_norm.data(), L, cfg.rms_norm_eps, yt);
   }
 
-  // 7. latent up, 8. plus the shared experts on the full x, unweighted.
-  std::vector<float> shared(static_cast<size_t>(T * H));
+  // 7. latent up, 8. plus the shared experts.
   kern::Matmul(w.up_lat, ylat.data(), T, out);
-  FfnForward(cfg, w.shared, x, T, shared.data());
   for (int64_t i = 0; i < T * H; ++i) out[i] += shared[i];
 }
 
