@@ -11,7 +11,6 @@
 #include "model_layout.h"
 #include "options.h"
 #include "run.h"
-#include "launcher/prompt_tokens.h"
 
 namespace {
 
@@ -67,37 +66,37 @@ int Main(int argc, char** argv) {
   std::fflush(plan_out);
   if (opt.dry_run) return kExitOk;
 
-  // Prompt → ids. Text prompts go through the tokenizer library (interim: linked directly
-  // until the k3-tokenizer service exists).
-  std::vector<int32_t> ids;
-  std::function<std::string(const std::vector<int32_t>&)> decode;
-  std::string tok_dir = opt.tokenizer;
-  if (tok_dir.empty() && std::filesystem::exists(std::filesystem::path(opt.model) / "tiktoken.model"))
-    tok_dir = opt.model;
+  // Prompt: ids, or text the tokenizer service encodes (run.cpp). A tokenizer is the TOML's
+  // `tokenizer` directory, else the model directory when it holds tiktoken.model.
+  launch::PromptInput in;
+  in.tokenizer_dir = opt.tokenizer;
+  if (in.tokenizer_dir.empty() && std::filesystem::exists(std::filesystem::path(opt.model) / "tiktoken.model"))
+    in.tokenizer_dir = opt.model;
   if (!opt.ids.empty()) {
-    ids = ParseIdList(opt.ids);
+    in.ids = ParseIdList(opt.ids);
+    for (int32_t id : in.ids)
+      if (id < 0 || id >= m.cfg.vocab_size)
+        throw UsageError("--ids: id " + std::to_string(id) + " outside [0," + std::to_string(m.cfg.vocab_size) + ")");
   } else if (!opt.prompt.empty() || !opt.prompt_file.empty()) {
-    std::string text = opt.prompt;
+    in.has_text = true;
+    in.text = opt.prompt;
     if (!opt.prompt_file.empty()) {
-      std::ifstream in(opt.prompt_file, std::ios::binary);
-      if (!in) throw BadInput("--prompt-file: cannot read " + opt.prompt_file);
+      std::ifstream f(opt.prompt_file, std::ios::binary);
+      if (!f) throw BadInput("--prompt-file: cannot read " + opt.prompt_file);
       std::stringstream ss;
-      ss << in.rdbuf();
-      text = ss.str();
+      ss << f.rdbuf();
+      in.text = ss.str();
     }
-    if (tok_dir.empty())
+    if (in.tokenizer_dir.empty())
       throw UsageError("--prompt needs a tokenizer: set 'tokenizer' in the TOML (a directory with "
                        "tiktoken.model) or pass --ids");
-    ids = launch::EncodePrompt(tok_dir, text);
-    if (ids.empty()) throw BadInput("the prompt encodes to no tokens");
+    if (in.text.empty()) throw BadInput("the prompt is empty");
   } else {
     throw UsageError("no prompt: pass --ids, --prompt or --prompt-file");
   }
-  for (int32_t id : ids)
-    if (id < 0 || id >= m.cfg.vocab_size)
-      throw UsageError("--ids: id " + std::to_string(id) + " outside [0," + std::to_string(m.cfg.vocab_size) + ")");
-  if (!tok_dir.empty()) decode = [tok_dir](const std::vector<int32_t>& g) { return launch::DecodeIds(tok_dir, g); };
-  return launch::RunPipeline(opt, m, p, ids, decode);
+  if (!in.tokenizer_dir.empty() && !std::filesystem::exists(std::filesystem::path(in.tokenizer_dir) / "tiktoken.model"))
+    throw UsageError("tokenizer: " + in.tokenizer_dir + " has no tiktoken.model");
+  return launch::RunPipeline(opt, m, p, in);
 }
 
 }  // namespace

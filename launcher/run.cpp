@@ -18,6 +18,7 @@
 #include "common/ipc/shm_arena.h"
 #include "common/ipc/slot_table.h"
 #include "common/ipc/zmq_channel.h"
+#include "launcher/tokenizer_client.h"
 #include "proc_stats.h"
 #include "supervisor.h"
 
@@ -78,9 +79,9 @@ struct Sampled {
 
 class Runner {
  public:
-  Runner(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p)
-      : opt_(opt), m_(m), plan_(p) {}
-  int Run(const std::vector<int32_t>& ids, const std::function<std::string(const std::vector<int32_t>&)>& decode);
+  Runner(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p, const PromptInput& in)
+      : opt_(opt), m_(m), plan_(p), in_(in) {}
+  int Run();
 
  private:
   void Spawn();
@@ -90,14 +91,19 @@ class Runner {
   void SendGenerate(const std::vector<int32_t>& ids);
   void Stop(const std::string& reason);
   void SampleMemory();
-  void WriteReport(const std::vector<int32_t>& ids, const std::function<std::string(const std::vector<int32_t>&)>& decode);
+  void WriteReport(const std::vector<int32_t>& ids);
+  std::vector<int32_t> EncodePrompt();  // through the tokenizer service
+  void PrintText();                     // generated text decoded so far (text prompts)
+  void FlushText();                     // waits for the end of the decode stream
 
   const LaunchOptions& opt_;
   const ModelLayout& m_;
   const plan::MemoryPlan& plan_;
+  const PromptInput& in_;
   Supervisor sup_;
   zmq::context_t ctx_{1};
   std::optional<zmq::socket_t> control_, compute_;
+  std::optional<TokenizerClient> tok_;  // when a tokenizer is configured
   ipc::RejectCounter rejects_;
   std::map<std::string, std::map<std::string, double>> stats_;  // service -> latest Stats
   std::map<std::string, ProcMemory> peak_;
@@ -133,6 +139,11 @@ void Runner::Spawn() {
   if (opt_.threads > 0) c.insert(c.end(), {"--threads", std::to_string(opt_.threads)});
   if (!opt_.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt_.dump_logits});
   sup_.Add({"compute", c, false});
+  if (!in_.tokenizer_dir.empty())
+    sup_.Add({"tokenizer",
+              {bin + "/k3-tokenizer", "serve", "--vocab", in_.tokenizer_dir, "--control", control, "--bind",
+               "ipc://" + run + "/tokenizer"},
+              true});
   for (const Service& s : sup_.services())
     if (::access(s.argv[0].c_str(), X_OK) != 0)
       throw RuntimeFailure("cannot start " + s.name + ": " + s.argv[0] + " is missing");
@@ -146,7 +157,11 @@ void Runner::HandleControl(const ipc::Received<ipc::control::Message>& r) {
         using T = std::decay_t<decltype(msg)>;
         if constexpr (std::is_same_v<T, Ready>) {
           for (Service& s : sup_.services())
-            if (s.name == msg.service) s.ready = true;
+            if (s.name == msg.service) {
+              s.ready = true;
+              // A restarted tokenizer lost what was in flight (and its stream state).
+              if (s.name == "tokenizer" && s.restarts > 0 && tok_) tok_->Resend();
+            }
           std::fprintf(stderr, "[launch] %s ready\n", msg.service.c_str());
           for (const Stat& st : msg.stats) stats_[msg.service]["ready_" + st.name] = st.value;
         } else if constexpr (std::is_same_v<T, Stats>) {
@@ -189,11 +204,12 @@ void Runner::HandleDeaths() {
 bool Runner::Pump(Clock::time_point deadline) {
   zmq::pollitem_t items[] = {{control_->handle(), 0, ZMQ_POLLIN, 0},
                              {compute_->handle(), 0, ZMQ_POLLIN, 0},
-                             {nullptr, sup_.wake_fd(), ZMQ_POLLIN, 0}};
+                             {nullptr, sup_.wake_fd(), ZMQ_POLLIN, 0},
+                             {tok_ ? tok_->socket().handle() : nullptr, -1, ZMQ_POLLIN, 0}};
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   const long ms = std::clamp<long>(static_cast<long>(left.count()), 0, 200);
   try {
-    zmq::poll(items, 3, std::chrono::milliseconds(ms));
+    zmq::poll(items, tok_ ? 4 : 3, std::chrono::milliseconds(ms));
   } catch (const zmq::error_t& e) {
     if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
   }
@@ -205,12 +221,19 @@ bool Runner::Pump(Clock::time_point deadline) {
     if (const auto* t = std::get_if<ipc::compute::Token>(&r->message)) {
       if (t->index == static_cast<int32_t>(generated_.size())) {
         generated_.push_back(t->id);
-        std::printf("%d\n", t->id);
-        std::fflush(stdout);
+        if (tok_) tok_->PushIds({t->id});
+        if (!(tok_ && in_.has_text)) {  // ids in, ids out; text prompts get text (PrintText)
+          std::printf("%d\n", t->id);
+          std::fflush(stdout);
+        }
       }
     } else if (const auto* d = std::get_if<ipc::compute::Done>(&r->message)) {
       done_ = d->stats;
     }
+  }
+  if (tok_) {
+    tok_->Drain(rejects_);
+    PrintText();
   }
   return Clock::now() < deadline;
 }
@@ -272,7 +295,44 @@ void Runner::Stop(const std::string& reason) {
   sup_.KillAll(std::chrono::milliseconds(2000));
 }
 
-int Runner::Run(const std::vector<int32_t>& ids, const std::function<std::string(const std::vector<int32_t>&)>& decode) {
+void Runner::PrintText() {
+  if (!in_.has_text) return;
+  const std::string t = tok_->TakeNewText();
+  if (t.empty()) return;
+  std::fwrite(t.data(), 1, t.size(), stdout);
+  std::fflush(stdout);
+}
+
+std::vector<int32_t> Runner::EncodePrompt() {
+  tok_->StartEncode(in_.text);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.ready_timeout * 1000));
+  while (!tok_->encoded() && tok_->failure().empty() && !fatal_code_ && !sup_.interrupted())
+    if (!Pump(deadline)) throw RuntimeFailure("the tokenizer did not encode the prompt in time");
+  if (!tok_->failure().empty()) throw BadInput("tokenizer: " + tok_->failure());
+  if (!tok_->encoded()) return {};  // fatal or interrupted: the caller stops
+  const std::vector<int32_t> ids = *tok_->encoded();
+  if (ids.empty()) throw BadInput("the prompt encodes to no tokens");
+  for (int32_t id : ids)
+    if (id < 0 || id >= m_.cfg.vocab_size)
+      throw BadInput("tokenizer id " + std::to_string(id) + " is outside the model's vocabulary [0," +
+                     std::to_string(m_.cfg.vocab_size) + ")");
+  std::fprintf(stderr, "[launch] prompt: %zu tokens\n", ids.size());
+  return ids;
+}
+
+void Runner::FlushText() {
+  tok_->FinishStream();
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (!tok_->stream_done() && tok_->failure().empty() && !fatal_code_ && !sup_.interrupted())
+    if (!Pump(deadline)) break;
+  if (!tok_->failure().empty())
+    std::fprintf(stderr, "[launch] warning: generated ids not decoded: %s\n", tok_->failure().c_str());
+  else if (!tok_->stream_done())
+    std::fprintf(stderr, "[launch] warning: the tokenizer did not finish decoding in time\n");
+}
+
+int Runner::Run() {
+  std::vector<int32_t> ids = in_.ids;
   const pid_t me = ::getpid();
   ipc::CleanupDeadLaunchers();
   RunDir run_dir("/tmp/k3-run-" + std::to_string(me));
@@ -293,6 +353,7 @@ int Runner::Run(const std::vector<int32_t>& ids, const std::function<std::string
   }
   control_->bind("ipc://" + run_dir.path.string() + "/control");
   compute_->bind("ipc://" + run_dir.path.string() + "/compute");
+  if (!in_.tokenizer_dir.empty()) tok_.emplace(ctx_, "ipc://" + run_dir.path.string() + "/tokenizer");
 
   const auto t0 = Clock::now();
   int code = kExitOk;
@@ -308,7 +369,8 @@ int Runner::Run(const std::vector<int32_t>& ids, const std::function<std::string
     if (!fatal_code_ && !sup_.interrupted()) {
       std::fprintf(stderr, "[launch] all services ready in %.2f s; generating\n",
                    std::chrono::duration<double>(Clock::now() - t0).count());
-      SendGenerate(ids);
+      if (in_.has_text) ids = EncodePrompt();
+      if (!ids.empty()) SendGenerate(ids);
     }
     const auto t1 = Clock::now();
     auto last_sample = Clock::now();
@@ -323,6 +385,7 @@ int Runner::Run(const std::vector<int32_t>& ids, const std::function<std::string
     if (done_) {
       // Compute sends its Stats right before Done; give the message a moment to arrive.
       Pump(Clock::now() + std::chrono::milliseconds(50));
+      if (tok_) FlushText();
     }
     if (sup_.interrupted()) {
       code = kExitInterrupted;
@@ -341,12 +404,11 @@ int Runner::Run(const std::vector<int32_t>& ids, const std::function<std::string
     return code;
   }
   if (code != kExitOk) throw Error(static_cast<ExitCode>(code), fatal_msg_);
-  WriteReport(ids, decode);
+  WriteReport(ids);
   return kExitOk;
 }
 
-void Runner::WriteReport(const std::vector<int32_t>& ids,
-                         const std::function<std::string(const std::vector<int32_t>&)>& decode) {
+void Runner::WriteReport(const std::vector<int32_t>& ids) {
   const double gen_n = static_cast<double>(std::max<size_t>(generated_.size(), 1));
   auto stat = [&](const std::string& svc, const std::string& name) -> double {
     auto it = stats_.find(svc);
@@ -363,7 +425,8 @@ void Runner::WriteReport(const std::vector<int32_t>& ids,
   nlohmann::json r;
   r["prompt_ids"] = ids;
   r["generated_ids"] = generated_;
-  if (decode) r["generated_text"] = decode(generated_);
+  if (tok_ && tok_->stream_done()) r["generated_text"] = tok_->text();
+  if (tok_ && !tok_->failure().empty()) r["tokenizer_error"] = tok_->failure();
   r["budget_bytes"] = plan_.budget;
   r["plan_total_bytes"] = plan_.total;
   r["seconds_per_token"] = done_ ? done_->seconds_per_token : 0.0;
@@ -412,7 +475,8 @@ void Runner::WriteReport(const std::vector<int32_t>& ids,
                plan::FormatBytes(plan_.budget).c_str());
   if (!opt_.out.empty()) {
     std::ofstream f(opt_.out, std::ios::trunc);
-    f << r.dump(1) << "\n";
+    // generated_text may hold ill-formed UTF-8 (any ids can be generated): U+FFFD in JSON.
+    f << r.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     f.close();
     if (!f) throw Error(kExitOutput, "--out: cannot write " + opt_.out);
   }
@@ -421,10 +485,9 @@ void Runner::WriteReport(const std::vector<int32_t>& ids,
 }  // namespace
 
 int RunPipeline(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,
-                const std::vector<int32_t>& prompt_ids,
-                const std::function<std::string(const std::vector<int32_t>&)>& decode) {
-  Runner r(opt, m, p);
-  return r.Run(prompt_ids, decode);
+                const PromptInput& prompt) {
+  Runner r(opt, m, p, prompt);
+  return r.Run();
 }
 
 }  // namespace k3::launch

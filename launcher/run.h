@@ -1,7 +1,6 @@
 // One pipeline run: arenas, services, the Generate request, supervision, shutdown, report.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,9 +22,18 @@ struct ArenaSizes {
 };
 ArenaSizes SizeArenas(const ModelLayout& m, const plan::MemoryPlan& p);
 
+// What to run. With a tokenizer directory the k3-tokenizer service runs with the others:
+// a text prompt is encoded by it (and the generated text streams to stdout), and the
+// report gets generated_text either way. Without one only ids work.
+struct PromptInput {
+  std::vector<int32_t> ids;   // --ids (used when !has_text)
+  bool has_text = false;      // --prompt / --prompt-file
+  std::string text;
+  std::string tokenizer_dir;  // "" = no tokenizer service
+};
+
 // Runs the prompt through the services; returns the exit code (throws k3::Error on failure).
 int RunPipeline(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,
-                const std::vector<int32_t>& prompt_ids,
-                const std::function<std::string(const std::vector<int32_t>&)>& decode = {});
+                const PromptInput& prompt);
 
 }  // namespace k3::launch

@@ -1,0 +1,91 @@
+#include "launcher/tokenizer_client.h"
+
+#include "common/ipc/protocol.h"
+
+namespace k3::launch {
+namespace tk = ipc::tokenizer;
+
+TokenizerClient::TokenizerClient(zmq::context_t& ctx, const std::string& endpoint)
+    : sock_(ctx, zmq::socket_type::dealer) {
+  sock_.set(zmq::sockopt::linger, 0);
+  sock_.connect(endpoint);  // the service binds; ZeroMQ reconnects after a restart
+}
+
+void TokenizerClient::StartEncode(const std::string& text) {
+  prompt_ = text;
+  encode_id_ = next_id_++;
+  ipc::SendMessage(sock_, ipc::Encode(tk::Encode{encode_id_, prompt_, false}));
+}
+
+void TokenizerClient::PushIds(const std::vector<int32_t>& ids) {
+  ids_.insert(ids_.end(), ids.begin(), ids.end());
+  SendNextChunk();
+}
+
+void TokenizerClient::FinishStream() {
+  finishing_ = true;
+  SendNextChunk();
+}
+
+void TokenizerClient::SendNextChunk() {
+  if (in_flight_ > 0 || in_flight_final_ || stream_done_ || !failure_.empty()) return;
+  const size_t n = ids_.size() - acked_;
+  if (n == 0 && !finishing_) return;
+  if (stream_id_ == 0) stream_id_ = next_id_++;
+  tk::Decode d{stream_id_, std::vector<int32_t>(ids_.begin() + static_cast<long>(acked_), ids_.end()), true,
+               finishing_};
+  in_flight_ = n;
+  in_flight_final_ = finishing_;
+  ipc::SendMessage(sock_, ipc::Encode(d));
+}
+
+std::string TokenizerClient::TakeNewText() {
+  std::string out = text_.substr(printed_);
+  printed_ = text_.size();
+  return out;
+}
+
+void TokenizerClient::Drain(ipc::RejectCounter& rejects) {
+  while (auto r = ipc::ReceiveVerified(sock_, false, ipc::DecodeTokenizer, ipc::Clock::now(), rejects)) {
+    if (const auto* e = std::get_if<tk::Encoded>(&r->message)) {
+      if (encode_id_ != 0 && e->request_id == encode_id_) {
+        encoded_ = e->ids;
+        encode_id_ = 0;
+      }
+    } else if (const auto* d = std::get_if<tk::Decoded>(&r->message)) {
+      if (stream_id_ == 0 || d->request_id != stream_id_ || (in_flight_ == 0 && !in_flight_final_)) continue;
+      // Bytes a previous stream already delivered come first after a restart: skip them.
+      const size_t drop = std::min(skip_, d->text.size());
+      skip_ -= drop;
+      text_.append(d->text, drop);
+      acked_ += in_flight_;
+      in_flight_ = 0;
+      if (in_flight_final_) stream_done_ = true;
+      in_flight_final_ = false;
+      SendNextChunk();
+    } else if (const auto* f = std::get_if<tk::Failed>(&r->message)) {
+      if (f->request_id != encode_id_ && f->request_id != stream_id_) continue;
+      if (failure_.empty()) failure_ = f->detail;
+      encode_id_ = 0;
+      in_flight_ = 0;
+      in_flight_final_ = false;
+    } else {
+      ++rejects.rejected;  // requests flow only to the service
+      rejects.last_reason = "tokenizer sent a request to the launcher";
+    }
+  }
+}
+
+void TokenizerClient::Resend() {
+  if (encode_id_ != 0) StartEncode(prompt_);
+  if (stream_id_ == 0 || stream_done_ || !failure_.empty()) return;
+  // A new stream replays every id; what was delivered already is skipped.
+  stream_id_ = next_id_++;
+  skip_ = text_.size();
+  acked_ = 0;
+  in_flight_ = 0;
+  in_flight_final_ = false;
+  SendNextChunk();
+}
+
+}  // namespace k3::launch
