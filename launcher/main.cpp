@@ -52,17 +52,21 @@ int Main(int argc, char** argv) {
   std::fprintf(plan_out, "pinned layers: %zu of %lld; lm_head %s; expert slots %lld\n", p.pinned_layers.size(),
                static_cast<long long>(m.cfg.num_layers), p.lm_head_resident ? "resident" : "streamed",
                static_cast<long long>(p.expert_slots));
-  std::fprintf(plan_out, "arenas: trunk-pinned %s, trunk-ring %u x %s, experts %u x %s\n",
+  std::fprintf(plan_out, "arenas: trunk-pinned %s, trunk-ring %u x %s, embed-window %s, experts %u x %s\n",
                plan::FormatBytes(a.pinned).c_str(), a.ring_slots, plan::FormatBytes(a.ring_slot_bytes).c_str(),
-               a.expert_slots, plan::FormatBytes(a.expert_slot_bytes).c_str());
-  // Interim: the globals pseudo-layer (embedding + lm_head) is always pinned in trunk-pinned,
-  // which the plan counts as compute regions (streamed embedding window); say so when that
-  // makes the arenas larger than the plan.
-  const int64_t planned_shm = p.pinned_bytes + p.ring_bytes + p.expert_arena_bytes + p.embed_region + p.lm_head_region;
-  const int64_t arena_shm = a.pinned + a.ring + a.experts;
-  if (arena_shm > planned_shm)
-    std::fprintf(plan_out, "note: globals are always pinned in this version: arenas exceed the plan by %s\n",
-                 plan::FormatBytes(arena_shm - planned_shm).c_str());
+               plan::FormatBytes(a.embed_window).c_str(), a.expert_slots,
+               plan::FormatBytes(a.expert_slot_bytes).c_str());
+  std::fprintf(plan_out, "streamed: embedding %s, lm_head %s\n",
+               p.embed_resident ? "no (resident)" : ("rows via embed-window (" + std::to_string(p.embed_window_rows) + " rows)").c_str(),
+               p.lm_head_resident ? "no (resident)"
+                                  : ("via trunk-ring in " + std::to_string(p.lm_head_chunks) + " chunks of " +
+                                     std::to_string(p.lm_head_chunk_rows) + " rows").c_str());
+  // The arenas are the plan's shm regions, so the printed table is what gets created.
+  int64_t planned_shm = 0;
+  for (const plan::Region& r : p.regions())
+    if (r.process == "shm") planned_shm += r.bytes;
+  if (a.pinned + a.ring + a.embed_window + a.experts != planned_shm)
+    throw RuntimeFailure("internal: arenas differ from the plan's shared-memory regions");
   std::fflush(plan_out);
   if (opt.dry_run) return kExitOk;
 

@@ -1,6 +1,7 @@
 #include "model_layout.h"
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 
 #include "common/error.h"
@@ -83,6 +84,24 @@ ModelLayout LoadModelLayout(const std::string& dir, bool allow_index_only) {
     m.globals.tensor_bytes += t.nbytes;
     if (r == ModelRole::kEmbedTokens) pm.embed_bytes = t.nbytes;
     else pm.lm_head_bytes += t.nbytes;
+    if (r != ModelRole::kEmbedTokens && r != ModelRole::kLmHead) pm.small_globals_bytes += t.nbytes;
+  }
+  const TensorInfo& embed = ck.at(ModelTensorName(ModelRole::kEmbedTokens));
+  const TensorInfo& head = ck.at(ModelTensorName(ModelRole::kLmHead));
+  pm.embed_row_bytes = embed.nbytes / std::max<int64_t>(m.cfg.vocab_size, 1);
+  pm.lm_head_row_bytes = head.nbytes / std::max<int64_t>(m.cfg.vocab_size, 1);
+  // The pinned globals run is [min, max) of the model-level tensors kept resident, so the
+  // plan charges what the trunk reader will really read (whatever the file order).
+  for (int combo = 0; combo < 4; ++combo) {
+    const bool with_embed = combo & 1, with_head = combo & 2;
+    int64_t lo = INT64_MAX, hi = 0;
+    for (ModelRole r : kGlobals) {
+      if ((r == ModelRole::kEmbedTokens && !with_embed) || (r == ModelRole::kLmHead && !with_head)) continue;
+      const TensorInfo& t = ck.at(ModelTensorName(r));
+      lo = std::min(lo, t.file_offset);
+      hi = std::max(hi, t.file_offset + t.nbytes);
+    }
+    pm.globals_run[combo] = hi - lo;
   }
   return m;
 }

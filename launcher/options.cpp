@@ -55,6 +55,7 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "prefill_chunk") opt.prefill_chunk = integer();
     else if (k == "ring_slots") opt.ring_slots = static_cast<int>(integer());
     else if (k == "threads") opt.threads = static_cast<int>(integer());
+    else if (k == "inflight") opt.inflight = static_cast<int>(integer());
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
     else if (k == "full_recompute") {
       if (!node.is_boolean()) throw bad("true or false");
@@ -81,6 +82,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--dump-logits", cli.dump_logits, "float32 logits choosing the first token");
   app.add_option("--threads", cli.threads, "compute threads (default: all cores)");
   app.add_option("--context", cli.context, "context length the plan reserves");
+  app.add_option("--inflight", cli.inflight, "reads in flight per reader service (default 4)");
+  app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
   app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
   try {
     app.parse(argc, argv);
@@ -114,12 +117,15 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--dump-logits")) opt.dump_logits = cli.dump_logits;
   if (given("--threads")) opt.threads = cli.threads;
   if (given("--context")) opt.context = cli.context;
+  if (given("--inflight")) opt.inflight = cli.inflight;
+  if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
   opt.dry_run = cli.dry_run;
 
   if (opt.budget.empty()) throw UsageError("--budget is required (in the TOML or on the command line)");
   if (opt.model.empty()) throw UsageError("no model: set 'model' in the TOML or pass --model");
   if (opt.gen < 0) throw UsageError("--gen must be >= 0");
   if (opt.threads < 0) throw UsageError("--threads must be >= 1");
+  if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
     throw UsageError("--io: unknown backend '" + opt.io + "' (direct, pread, uring, mmap)");
   return opt;

@@ -27,18 +27,18 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 ArenaSizes SizeArenas(const ModelLayout& m, const plan::MemoryPlan& p) {
+  // One source of truth: the plan already sized every arena the way the services fill it
+  // (widened runs, slot tables); the launcher creates exactly that.
+  (void)m;
   ArenaSizes a;
-  const int64_t globals = m.from_headers ? m.globals.end - m.globals.begin
-                                         : m.plan_model.embed_bytes + m.plan_model.lm_head_bytes;
-  a.pinned = 4096 + Widened(globals);
-  for (int l : p.pinned_layers) a.pinned += Widened(m.plan_model.trunk_bytes[static_cast<size_t>(l)]);
-  a.ring_slots = static_cast<uint32_t>(std::max(p.ring_slots, 2));
-  a.ring_slot_bytes = p.ring_slot_bytes > 0 ? p.ring_slot_bytes : 4096;
-  a.ring = static_cast<int64_t>(ipc::SlotTable::BytesNeeded(a.ring_slots, static_cast<uint64_t>(a.ring_slot_bytes)));
+  a.pinned = p.pinned_bytes;
+  a.embed_window = p.embed_window_bytes;
+  a.ring_slots = static_cast<uint32_t>(p.ring_slots);
+  a.ring_slot_bytes = p.ring_slot_bytes;
+  a.ring = p.ring_bytes;
   a.expert_slots = static_cast<uint32_t>(p.expert_slots);
-  // The fetcher reads an expert's run widened to 4096 bounds straight into its slot.
-  a.expert_slot_bytes = Widened(m.plan_model.expert_bytes);
-  a.experts = static_cast<int64_t>(ipc::SlotTable::BytesNeeded(a.expert_slots, static_cast<uint64_t>(a.expert_slot_bytes)));
+  a.expert_slot_bytes = p.expert_slot_bytes;
+  a.experts = p.expert_arena_bytes;
   return a;
 }
 
@@ -121,16 +121,24 @@ void Runner::Spawn() {
   const std::string pinned = ipc::ShmArena::Name(me, "trunk-pinned");
   const std::string ring = ipc::ShmArena::Name(me, "trunk-ring");
   const std::string experts = ipc::ShmArena::Name(me, "experts");
+  const std::string embed = ipc::ShmArena::Name(me, "embed-window");
   const std::string control = "ipc://" + run + "/control";
-  sup_.Add({"trunk-reader",
-            {bin + "/k3-trunk-reader", "--model", opt_.model, "--control", control, "--bind",
-             "ipc://" + run + "/trunk", "--pinned-arena", pinned, "--ring-arena", ring,
-             "--pin", Join(plan_.pinned_layers), "--io", opt_.io},
-            true});
-  sup_.Add({"expert-fetcher",
-            {bin + "/k3-expert-fetcher", "--model", opt_.model, "--control", control, "--bind",
-             "ipc://" + run + "/experts", "--arena", experts, "--io", opt_.io},
-            true});
+  const std::string inflight = std::to_string(opt_.inflight);
+  // What the plan streams, told to both ends: lm_head chunks through the ring, embedding
+  // rows through the embed-window arena (docs/pipeline.md "Streamed embedding and lm_head").
+  std::vector<std::string> head_flags;
+  if (!plan_.lm_head_resident) head_flags.push_back("--stream-lm-head");
+  if (!plan_.embed_resident) head_flags.insert(head_flags.end(), {"--embed-arena", embed});
+  std::vector<std::string> t = {bin + "/k3-trunk-reader", "--model", opt_.model, "--control", control, "--bind",
+                                "ipc://" + run + "/trunk", "--pinned-arena", pinned, "--ring-arena", ring,
+                                "--pin", Join(plan_.pinned_layers), "--io", opt_.io, "--inflight", inflight};
+  t.insert(t.end(), head_flags.begin(), head_flags.end());
+  sup_.Add({"trunk-reader", t, true});
+  std::vector<std::string> x = {bin + "/k3-expert-fetcher", "--model", opt_.model, "--control", control, "--bind",
+                                "ipc://" + run + "/experts", "--arena", experts, "--io", opt_.io,
+                                "--inflight", inflight};
+  if (!opt_.dump_cache_trace.empty()) x.insert(x.end(), {"--dump-cache-trace", opt_.dump_cache_trace});
+  sup_.Add({"expert-fetcher", x, true});
   std::vector<std::string> c = {bin + "/k3-compute", "--pipeline", "--model", opt_.model,
                                 "--control", control, "--endpoint", "ipc://" + run + "/compute",
                                 "--trunk", "ipc://" + run + "/trunk", "--experts",
@@ -138,6 +146,7 @@ void Runner::Spawn() {
                                 "--ring-arena", ring, "--experts-arena", experts};
   if (opt_.threads > 0) c.insert(c.end(), {"--threads", std::to_string(opt_.threads)});
   if (!opt_.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt_.dump_logits});
+  c.insert(c.end(), head_flags.begin(), head_flags.end());
   sup_.Add({"compute", c, false});
   if (!in_.tokenizer_dir.empty())
     sup_.Add({"tokenizer",
@@ -341,6 +350,9 @@ int Runner::Run() {
   ipc::ShmArena pinned = ipc::ShmArena::Create(ipc::ShmArena::Name(me, "trunk-pinned"), static_cast<size_t>(sz.pinned));
   ipc::ShmArena ring = ipc::ShmArena::Create(ipc::ShmArena::Name(me, "trunk-ring"), static_cast<size_t>(sz.ring));
   ipc::ShmArena experts = ipc::ShmArena::Create(ipc::ShmArena::Name(me, "experts"), static_cast<size_t>(sz.experts));
+  std::optional<ipc::ShmArena> embed_window;
+  if (sz.embed_window > 0)
+    embed_window.emplace(ipc::ShmArena::Create(ipc::ShmArena::Name(me, "embed-window"), static_cast<size_t>(sz.embed_window)));
   ipc::SlotTable::Format(ring, sz.ring_slots, static_cast<uint64_t>(sz.ring_slot_bytes));
   ipc::SlotTable::Format(experts, sz.expert_slots, static_cast<uint64_t>(sz.expert_slot_bytes));
 
@@ -453,7 +465,7 @@ void Runner::WriteReport(const std::vector<int32_t>& ids) {
     if (pm.vm_hwm > 0) total += pm.vm_hwm - std::max<int64_t>(pm.rss_shmem, 0);
   }
   const ArenaSizes sz = SizeArenas(m_, plan_);
-  total += sz.pinned + sz.ring + sz.experts;  // shm counted once, at its full size
+  total += sz.pinned + sz.ring + sz.embed_window + sz.experts;  // shm counted once, at its full size
   r["peak_memory"] = mem;
   r["peak_memory_total_bytes"] = total;
   r["service_stats"] = stats_;

@@ -10,9 +10,10 @@
 
 namespace k3::launch {
 
-// Arena sizes derived from the plan and the layout (docs/pipeline.md "Arena formatting").
+// Arena sizes: exactly the plan's shm regions (docs/pipeline.md "Arena formatting").
 struct ArenaSizes {
   int64_t pinned = 0;
+  int64_t embed_window = 0;  // 0: the embedding is resident in trunk-pinned
   uint32_t ring_slots = 0;
   int64_t ring_slot_bytes = 0;
   int64_t ring = 0;

@@ -68,7 +68,18 @@ struct LayerWant {
   int32_t layer = 0;
   bool operator==(const LayerWant&) const = default;
 };
-using Message = std::variant<LayerReady, LayerDone, LayerFailed, LayerWant>;
+struct EmbedRows {
+  uint64_t request_id = 0;
+  std::vector<int32_t> ids;
+  bool operator==(const EmbedRows&) const = default;
+};
+struct EmbedRowsReady {
+  uint64_t request_id = 0;
+  std::vector<uint64_t> offsets;
+  uint64_t row_bytes = 0;
+  bool operator==(const EmbedRowsReady&) const = default;
+};
+using Message = std::variant<LayerReady, LayerDone, LayerFailed, LayerWant, EmbedRows, EmbedRowsReady>;
 }  // namespace weights
 
 namespace experts {

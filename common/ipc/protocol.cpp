@@ -220,6 +220,20 @@ Encoded Encode(const weights::LayerWant& m) {
   return Finish(fbb, Protocol::kWeights, fbw::Message::LayerWant);
 }
 
+Encoded Encode(const weights::EmbedRows& m) {
+  FlatBufferBuilder fbb(64 + 4 * m.ids.size());
+  auto msg = fbw::CreateEmbedRowsDirect(fbb, m.request_id, &m.ids);
+  fbw::FinishSizePrefixedEnvelopeBuffer(fbb, fbw::CreateEnvelope(fbb, fbw::Message::EmbedRows, msg.Union()));
+  return Finish(fbb, Protocol::kWeights, fbw::Message::EmbedRows);
+}
+
+Encoded Encode(const weights::EmbedRowsReady& m) {
+  FlatBufferBuilder fbb(64 + 8 * m.offsets.size());
+  auto msg = fbw::CreateEmbedRowsReadyDirect(fbb, m.request_id, &m.offsets, m.row_bytes);
+  fbw::FinishSizePrefixedEnvelopeBuffer(fbb, fbw::CreateEnvelope(fbb, fbw::Message::EmbedRowsReady, msg.Union()));
+  return Finish(fbb, Protocol::kWeights, fbw::Message::EmbedRowsReady);
+}
+
 Result<weights::Message> DecodeWeights(std::span<const uint8_t> kind, std::span<const uint8_t> payload) {
   using R = Result<weights::Message>;
   return DecodeWith<fbw::Envelope, weights::Message>(
@@ -242,6 +256,14 @@ Result<weights::Message> DecodeWeights(std::span<const uint8_t> kind, std::span<
           }
           case fbw::Message::LayerWant:
             return R::Ok(weights::LayerWant{e->message_as_LayerWant()->layer()});
+          case fbw::Message::EmbedRows: {
+            const auto* m = e->message_as_EmbedRows();
+            return R::Ok(weights::EmbedRows{m->request_id(), Vec(m->ids())});
+          }
+          case fbw::Message::EmbedRowsReady: {
+            const auto* m = e->message_as_EmbedRowsReady();
+            return R::Ok(weights::EmbedRowsReady{m->request_id(), Vec(m->offsets()), m->row_bytes()});
+          }
           default:
             return R::Fail("unknown weights message type");
         }

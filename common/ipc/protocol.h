@@ -56,6 +56,8 @@ Encoded Encode(const weights::LayerReady& m);
 Encoded Encode(const weights::LayerDone& m);
 Encoded Encode(const weights::LayerFailed& m);
 Encoded Encode(const weights::LayerWant& m);
+Encoded Encode(const weights::EmbedRows& m);
+Encoded Encode(const weights::EmbedRowsReady& m);
 Encoded Encode(const experts::ExpertRequest& m);
 Encoded Encode(const experts::ExpertReady& m);
 Encoded Encode(const experts::ExpertRelease& m);

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "common/ipc/slot_table.h"
 #include "common/tensor_names.h"
+#include "common/plan/head_stream.h"
 
 namespace k3::plan {
 namespace {
@@ -61,27 +62,61 @@ struct Candidate {
   int64_t bytes;
 };
 
+// Missing optional model fields derived from the required ones.
+PlanModel Normalized(PlanModel m) {
+  const int64_t V = std::max<int64_t>(m.cfg.vocab_size, 1);
+  if (m.small_globals_bytes <= 0) m.small_globals_bytes = 0;
+  m.small_globals_bytes = std::min(m.small_globals_bytes, m.lm_head_bytes);
+  const int64_t lm_tensor = m.lm_head_bytes - m.small_globals_bytes;
+  if (m.embed_row_bytes <= 0) m.embed_row_bytes = std::max<int64_t>(1, (m.embed_bytes + V - 1) / V);
+  if (m.lm_head_row_bytes <= 0) m.lm_head_row_bytes = std::max<int64_t>(1, (lm_tensor + V - 1) / V);
+  for (int i = 0; i < 4; ++i)
+    if (m.globals_run[i] < 0)
+      m.globals_run[i] = m.small_globals_bytes + ((i & 1) ? m.embed_bytes : 0) + ((i & 2) ? lm_tensor : 0);
+  return m;
+}
+
 struct Layout {
-  int64_t pinned = 0, ring = 0, ring_slot = 0, lm = 0;
+  int64_t pinned = 0, globals = 0, ring = 0, ring_slot = 0, embed_window = 0, embed_rows = 0;
+  int64_t lm_rows = 0, lm_chunks = 0;
+  bool lm_pinned = false;
   int64_t trunk_pinned_raw = 0;  // for the max_pinned_trunk cap
 };
 
-Layout LayoutFor(const PlanModel& m, const std::vector<Candidate>& cands, size_t k, const PlanOptions& o) {
+// The shared-memory layout with the first k candidates pinned; exactly what the launcher
+// creates (pinned arena = header page + widened layers + widened globals run).
+Layout LayoutFor(const PlanModel& m, const std::vector<Candidate>& cands, size_t k, const PlanOptions& o,
+                 bool embed_resident) {
   Layout l;
-  bool lm_pinned = false;
   for (size_t i = 0; i < k; ++i) {
     if (cands[i].layer < 0) {
-      lm_pinned = true;
+      l.lm_pinned = true;
       continue;
     }
     l.pinned += Widened(cands[i].bytes);
     l.trunk_pinned_raw += cands[i].bytes;
   }
-  if (l.pinned) l.pinned += kPage;  // arena header page
+  l.globals = m.globals_run[(embed_resident ? 1 : 0) | (l.lm_pinned ? 2 : 0)];
+  l.pinned += kPage + Widened(l.globals);
   for (size_t i = k; i < cands.size(); ++i)
     if (cands[i].layer >= 0) l.ring_slot = std::max(l.ring_slot, Widened(cands[i].bytes));
-  l.ring = SlotArena(l.ring_slot ? o.ring_slots : 0, l.ring_slot);
-  l.lm = lm_pinned ? m.lm_head_bytes : std::min(o.lm_head_window, m.lm_head_bytes);
+  const int64_t V = m.cfg.vocab_size;
+  if (!l.lm_pinned) {
+    // lm_head streams through the ring in row chunks: at least one row per slot, and a
+    // window-sized chunk when no trunk layer streams.
+    const int64_t lm_tensor = m.lm_head_row_bytes * V;
+    if (l.ring_slot == 0) l.ring_slot = Widened(std::min(lm_tensor, std::max(o.lm_head_window, m.lm_head_row_bytes)));
+    l.ring_slot = std::max(l.ring_slot, WidenedRun(m.lm_head_row_bytes) + kPage);
+    l.lm_rows = LmHeadChunkRows(l.ring_slot, m.lm_head_row_bytes, V);
+    l.lm_chunks = LmHeadChunks(l.lm_rows, V);
+  }
+  l.ring_slot = std::max(l.ring_slot, kPage);  // the ring exists even when everything is pinned
+  l.ring = SlotArena(o.ring_slots, l.ring_slot);
+  if (!embed_resident) {
+    const int64_t stride = EmbedRowStride(m.embed_row_bytes);
+    l.embed_rows = std::clamp<int64_t>(o.embed_window / stride, 1, std::max<int64_t>(V, 1));
+    l.embed_window = l.embed_rows * stride;
+  }
   return l;
 }
 
@@ -98,8 +133,11 @@ PlanModel PlanModelFromConfig(const ModelConfig& cfg) {
     return n;
   };
   m.embed_bytes = bytes_of(ModelRole::kEmbedTokens);
-  m.lm_head_bytes = bytes_of(ModelRole::kLmHead) + bytes_of(ModelRole::kNorm) +
-                    bytes_of(ModelRole::kOutputAttnResNorm) + bytes_of(ModelRole::kOutputAttnResProj);
+  m.small_globals_bytes = bytes_of(ModelRole::kNorm) + bytes_of(ModelRole::kOutputAttnResNorm) +
+                          bytes_of(ModelRole::kOutputAttnResProj);
+  m.lm_head_bytes = bytes_of(ModelRole::kLmHead) + m.small_globals_bytes;
+  m.embed_row_bytes = DTypeSize(ReleaseDType(ModelRole::kEmbedTokens)) * cfg.hidden_size;
+  m.lm_head_row_bytes = DTypeSize(ReleaseDType(ModelRole::kLmHead)) * cfg.hidden_size;
   return m;
 }
 
@@ -112,8 +150,8 @@ void CheckInputs(const PlanModel& m, const PlanOptions& o) {
     throw UsageError("memory plan: need one trunk size per layer (" + std::to_string(m.cfg.num_layers) + ")");
   if (static_cast<int64_t>(m.cfg.layer_kind.size()) != m.cfg.num_layers)
     throw UsageError("memory plan: layer kinds do not match the layer count");
-  if (m.expert_bytes <= 0 || m.cfg.top_k < 1 || m.embed_bytes < 0 || m.lm_head_bytes < 0)
-    throw UsageError("memory plan: expert bytes and top_k must be positive");
+  if (m.expert_bytes <= 0 || m.cfg.top_k < 1 || m.embed_bytes < 0 || m.lm_head_bytes < 0 || m.cfg.vocab_size < 1)
+    throw UsageError("memory plan: expert bytes, top_k and the vocabulary must be positive");
   for (int64_t b : m.trunk_bytes)
     if (b <= 0) throw UsageError("memory plan: every layer needs a positive trunk size");
 }
@@ -126,40 +164,48 @@ std::vector<Candidate> Candidates(const PlanModel& m) {
   return c;
 }
 
+int64_t Shm(const Layout& l) { return l.pinned + l.ring + l.embed_window; }
+
 // Everything except expert slots beyond top_k, with the first k candidates pinned.
 int64_t Required(const PlanModel& m, const std::vector<Candidate>& cands, size_t k, const PlanOptions& o,
                  const Fixed& f, int64_t min_experts_arena) {
-  const Layout l = LayoutFor(m, cands, k, o);
-  return f.sum() + std::min(o.embed_window, m.embed_bytes) + l.lm + l.pinned + l.ring + min_experts_arena;
+  return f.sum() + Shm(LayoutFor(m, cands, k, o, false)) + min_experts_arena;
 }
 
 bool WithinCap(const PlanModel& m, const std::vector<Candidate>& cands, size_t k, const PlanOptions& o) {
-  return o.max_pinned_trunk < 0 || LayoutFor(m, cands, k, o).trunk_pinned_raw <= o.max_pinned_trunk;
+  return o.max_pinned_trunk < 0 || LayoutFor(m, cands, k, o, false).trunk_pinned_raw <= o.max_pinned_trunk;
 }
 
-}  // namespace
-
-int64_t PlanFloor(const PlanModel& m, const PlanOptions& o) {
-  CheckInputs(m, o);
+int64_t FloorOf(const PlanModel& m, const PlanOptions& o) {
   const auto cands = Candidates(m);
   const Fixed f = FixedCosts(m.cfg, o);
-  const int64_t min_experts = SlotArena(m.cfg.top_k, AlignUp(m.expert_bytes));
+  const int64_t min_experts = SlotArena(m.cfg.top_k, Widened(m.expert_bytes));
   int64_t floor = INT64_MAX;
   for (size_t k = 0; k <= cands.size(); ++k)
     if (WithinCap(m, cands, k, o)) floor = std::min(floor, Required(m, cands, k, o, f, min_experts));
   return floor;
 }
 
-MemoryPlan MakePlan(const PlanModel& m, int64_t budget, const PlanOptions& o) {
-  const int64_t floor = PlanFloor(m, o);
+}  // namespace
+
+int64_t PlanFloor(const PlanModel& model, const PlanOptions& o) {
+  CheckInputs(model, o);
+  return FloorOf(Normalized(model), o);
+}
+
+MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o) {
+  CheckInputs(model, o);
+  const PlanModel m = Normalized(model);
+  const int64_t floor = FloorOf(m, o);
   if (budget < floor)
     throw Error(kExitBudget, "budget " + FormatBytes(budget) + " is below the floor of " + FormatBytes(floor) + " (" +
                                  std::to_string(floor) + " bytes) for context " + std::to_string(o.context) +
                                  "; raise --budget or lower the context");
   const auto cands = Candidates(m);
   const Fixed f = FixedCosts(m.cfg, o);
-  const int64_t expert_stride = AlignUp(m.expert_bytes);
-  const int64_t min_experts = SlotArena(m.cfg.top_k, expert_stride);
+  // The fetcher reads an expert's run widened to 4096 bounds straight into its slot.
+  const int64_t expert_slot = Widened(m.expert_bytes);
+  const int64_t min_experts = SlotArena(m.cfg.top_k, expert_slot);
 
   // Largest prefix of candidates that fits (feasibility is monotone in the budget for each
   // k, so more budget never pins fewer layers).
@@ -170,7 +216,6 @@ MemoryPlan MakePlan(const PlanModel& m, int64_t budget, const PlanOptions& o) {
   MemoryPlan p;
   p.budget = budget;
   p.floor = floor;
-  const Layout l = LayoutFor(m, cands, k, o);
   for (size_t i = 0; i < k; ++i) {
     if (cands[i].layer < 0) p.lm_head_resident = true;
     else p.pinned_layers.push_back(cands[i].layer);
@@ -181,44 +226,57 @@ MemoryPlan MakePlan(const PlanModel& m, int64_t budget, const PlanOptions& o) {
   p.scratch = f.scratch;
   p.overhead = f.overhead;
   p.tokenizer = f.tokenizer;
-  p.lm_head_region = l.lm;
-  p.pinned_bytes = l.pinned;
-  p.ring_slot_bytes = l.ring_slot;
-  p.ring_slots = l.ring_slot ? o.ring_slots : 0;
-  p.ring_bytes = l.ring;
-  p.embed_region = std::min(o.embed_window, m.embed_bytes);
-  int64_t used = Required(m, cands, k, o, f, 0);
+  Layout l = LayoutFor(m, cands, k, o, false);
+  int64_t used = f.sum() + Shm(l);
   // Every remaining byte becomes expert slots (no more than the model has experts).
   const int64_t moe_layers = std::max<int64_t>(0, m.cfg.num_layers - m.cfg.first_k_dense_replace);
   const int64_t all_experts = std::max<int64_t>(m.cfg.top_k, moe_layers * m.cfg.num_experts);
-  int64_t slots = std::min(all_experts, (budget - used) / expert_stride);
-  while (slots > m.cfg.top_k && SlotArena(slots, expert_stride) > budget - used) --slots;
+  int64_t slots = std::min(all_experts, (budget - used) / expert_slot);
+  while (slots > m.cfg.top_k && SlotArena(slots, expert_slot) > budget - used) --slots;
+  slots = std::max<int64_t>(slots, m.cfg.top_k);
   // The embedding table is read a few rows per token, so it is made resident last: only
-  // when every expert already has a slot and the table still fits.
-  if (slots == all_experts && used + SlotArena(slots, expert_stride) - p.embed_region + m.embed_bytes <= budget) {
-    used += m.embed_bytes - p.embed_region;
-    p.embed_region = m.embed_bytes;
-    p.embed_resident = true;
+  // when every expert already has a slot and the larger pinned globals run still fits.
+  if (slots == all_experts) {
+    const Layout r = LayoutFor(m, cands, k, o, true);
+    const int64_t used_r = f.sum() + Shm(r);
+    if (used_r + SlotArena(slots, expert_slot) <= budget) {
+      l = r;
+      used = used_r;
+      p.embed_resident = true;
+    }
   }
-  p.expert_slots = std::max<int64_t>(slots, m.cfg.top_k);
-  p.expert_slot_bytes = expert_stride;
-  p.expert_arena_bytes = SlotArena(p.expert_slots, expert_stride);
+  p.globals_bytes = l.globals;
+  p.pinned_bytes = l.pinned;
+  p.ring_slot_bytes = l.ring_slot;
+  p.ring_slots = o.ring_slots;
+  p.ring_bytes = l.ring;
+  p.embed_window_bytes = l.embed_window;
+  p.embed_window_rows = l.embed_rows;
+  p.lm_head_chunk_rows = l.lm_rows;
+  p.lm_head_chunks = l.lm_chunks;
+  p.expert_slots = slots;
+  p.expert_slot_bytes = expert_slot;
+  p.expert_arena_bytes = SlotArena(p.expert_slots, expert_slot);
   p.total = used + p.expert_arena_bytes;
   return p;
 }
 
 std::vector<Region> MemoryPlan::regions() const {
+  const std::string globals = "globals " + FormatBytes(globals_bytes) +
+                              (embed_resident ? " incl. embedding" : "") + (lm_head_resident ? " incl. lm_head" : "");
   return {
-      {"compute", "embedding", embed_region, embed_resident ? "resident" : "streamed window"},
-      {"compute", "lm_head", lm_head_region, lm_head_resident ? "resident" : "streamed window"},
       {"compute", "kda-state", kda_state, "recurrent + conv state, fp32"},
       {"compute", "mla-cache", mla_cache, "latent cache, fp32"},
       {"compute", "scratch", scratch, "activations (estimate)"},
       {"tokenizer", "tables", tokenizer, ""},
       {"all", "process-overhead", overhead, "4 processes"},
-      {"shm", "trunk-pinned", pinned_bytes, std::to_string(pinned_layers.size()) + " layers"},
+      {"shm", "trunk-pinned", pinned_bytes, std::to_string(pinned_layers.size()) + " layers + " + globals},
       {"shm", "trunk-ring", ring_bytes,
-       std::to_string(ring_slots) + " slots x " + FormatBytes(ring_slot_bytes)},
+       std::to_string(ring_slots) + " slots x " + FormatBytes(ring_slot_bytes) +
+           (lm_head_resident ? "" : "; lm_head in " + std::to_string(lm_head_chunks) + " chunks of " +
+                                        std::to_string(lm_head_chunk_rows) + " rows")},
+      {"shm", "embed-window", embed_window_bytes,
+       embed_resident ? "embedding resident in trunk-pinned" : std::to_string(embed_window_rows) + " rows"},
       {"shm", "experts", expert_arena_bytes,
        std::to_string(expert_slots) + " slots x " + FormatBytes(expert_slot_bytes)},
   };

@@ -2,8 +2,9 @@
 // every process and shared region, never exceeding it. Documented in docs/memory-plan.md.
 //
 // Order of claims: a floor that every run needs (compute state for the requested context,
-// scratch, tokenizer tables, per-process overhead, streamed windows for embedding and
-// lm_head, a ring of 2 trunk slots of the largest streamed layer, top_k expert slots); then
+// scratch, tokenizer tables, per-process overhead, the small model-level tensors pinned, an
+// embed-window arena, a ring of 2 trunk slots of the largest streamed layer or lm_head chunk,
+// top_k expert slots); then
 // whole trunk layers (and lm_head) pinned largest-first; then every remaining byte as expert
 // slots; the embedding table is made resident only when every expert already has a slot. A budget below the floor is k3::Error(kExitBudget).
 #pragma once
@@ -21,8 +22,8 @@ struct PlanOptions {
   int ring_slots = 2;                           // trunk ring depth (>= 2: one computing, one reading)
   int64_t tokenizer_bytes = 64ll << 20;         // vocabulary + merge tables
   int64_t process_overhead = 64ll << 20;        // code, heap, ZeroMQ buffers per process (4 processes)
-  int64_t lm_head_window = 256ll << 20;         // streamed lm_head window when not resident
-  int64_t embed_window = 16ll << 20;            // streamed embedding rows when not resident
+  int64_t lm_head_window = 256ll << 20;         // lm_head chunk when no trunk layer streams
+  int64_t embed_window = 16ll << 20;            // embed-window arena when not resident
   int64_t max_pinned_trunk = -1;                // config override: cap on pinned trunk bytes (-1 = none)
 };
 
@@ -33,6 +34,13 @@ struct PlanModel {
   int64_t expert_bytes = 0;          // one routed expert (six tensors)
   int64_t embed_bytes = 0;           // embed_tokens
   int64_t lm_head_bytes = 0;         // lm_head (+ final norms, read with it)
+  // Optional (0 / -1 = derived from the sizes above, assuming the globals are contiguous):
+  int64_t small_globals_bytes = 0;   // norm + output_attn_res_* (always pinned)
+  int64_t embed_row_bytes = 0;       // one embedding row
+  int64_t lm_head_row_bytes = 0;     // one lm_head row
+  // Bytes of the pinned globals run ([min, max) of the tensors kept resident, from the shard
+  // headers) by (embed resident ? 1 : 0) | (lm_head resident ? 2 : 0).
+  int64_t globals_run[4] = {-1, -1, -1, -1};
 };
 
 // Builds PlanModel from a config alone, with release dtypes (common/tensor_names.h).
@@ -52,8 +60,11 @@ struct MemoryPlan {
   // compute
   bool lm_head_resident = false;
   bool embed_resident = false;
-  int64_t embed_region = 0;    // resident table or streamed window
-  int64_t lm_head_region = 0;  // resident head or streamed window
+  int64_t embed_window_bytes = 0;  // shm embed-window arena (0 when the embedding is resident)
+  int64_t embed_window_rows = 0;
+  int64_t lm_head_chunk_rows = 0;  // rows per trunk-ring chunk when lm_head streams
+  int64_t lm_head_chunks = 0;
+  int64_t globals_bytes = 0;       // the globals run pinned in trunk-pinned (unwidened)
   int64_t kda_state = 0;
   int64_t mla_cache = 0;
   int64_t scratch = 0;
@@ -61,10 +72,10 @@ struct MemoryPlan {
   int64_t tokenizer = 0;
   // trunk arena
   std::vector<int> pinned_layers;  // ascending layer indices
-  int64_t pinned_bytes = 0;        // pinned arena (each layer widened to 4096 bounds)
+  int64_t pinned_bytes = 0;        // pinned arena: header page + widened layers + widened globals run
   int ring_slots = 0;
   int64_t ring_slot_bytes = 0;
-  int64_t ring_bytes = 0;          // ring arena incl. slot-table header
+  int64_t ring_bytes = 0;          // ring arena incl. slot-table header (always >= 2 slots)
   // expert arena
   int64_t expert_slots = 0;
   int64_t expert_slot_bytes = 0;

@@ -40,8 +40,8 @@ std::string LayerFile(int64_t l, const char* what) {
 }  // namespace
 
 Forward::Forward(const ModelConfig& cfg, const GlobalWeights& globals, LayerSource& layers,
-                 ExpertSource& experts)
-    : cfg_(cfg), g_(globals), layers_(layers), experts_(experts) {
+                 ExpertSource& experts, HeadSource* head)
+    : cfg_(cfg), g_(globals), layers_(layers), experts_(experts), head_(head) {
   state_.Reset(cfg_);
 }
 
@@ -56,7 +56,9 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
   const int64_t F = sizeof(float);
 
   Buf P(TH);  // running sum; starts as the embedding
-  for (int64_t t = 0; t < T; ++t) kern::RowToFloat(g_.embed, ids[t], P.data() + t * H);
+  if (head_) head_->Embed(ids, T, P.data());
+  else
+    for (int64_t t = 0; t < T; ++t) kern::RowToFloat(g_.embed, ids[t], P.data() + t * H);
   if (trace) trace->Append("embed.f32", P.data(), T * H * F);
 
   std::vector<Buf> B;  // block snapshots, per token
@@ -107,10 +109,12 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
   if (trace) trace->Append("final.f32", x.data(), T * H * F);
   if (!logits) return;
   if (all_positions) {
-    kern::Matmul(g_.lm_head, x.data(), T, logits);
+    if (head_) head_->Logits(x.data(), T, logits);
+    else kern::Matmul(g_.lm_head, x.data(), T, logits);
     if (trace) trace->Append("logits.f32", logits, T * cfg_.vocab_size * F);
   } else {
-    kern::Matmul(g_.lm_head, x.data() + (T - 1) * H, 1, logits);
+    if (head_) head_->Logits(x.data() + (T - 1) * H, 1, logits);
+    else kern::Matmul(g_.lm_head, x.data() + (T - 1) * H, 1, logits);
   }
 }
 

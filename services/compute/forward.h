@@ -13,8 +13,9 @@ namespace k3::compute {
 
 class Forward {
  public:
+  // `head` (optional) supplies embedding rows and logits instead of globals.embed/lm_head.
   Forward(const ModelConfig& cfg, const GlobalWeights& globals, LayerSource& layers,
-          ExpertSource& experts);
+          ExpertSource& experts, HeadSource* head = nullptr);
 
   void Reset();  // a fresh sequence
   int64_t position() const { return state_.position; }
@@ -30,6 +31,7 @@ class Forward {
   const GlobalWeights& g_;
   LayerSource& layers_;
   ExpertSource& experts_;
+  HeadSource* head_ = nullptr;
   SequenceState state_;
 };
 

@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   app.add_option("--pinned-arena", pipe.pinned_arena, "trunk-pinned shm name");
   app.add_option("--ring-arena", pipe.ring_arena, "trunk-ring shm name");
   app.add_option("--experts-arena", pipe.experts_arena, "experts shm name");
+  app.add_option("--embed-arena", pipe.embed_arena, "embed-window shm name (embedding streamed)");
+  app.add_flag("--stream-lm-head", pipe.stream_lm_head, "lm_head streamed through the ring");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -116,14 +116,18 @@ int ComputeService::Run() {
   const ipc::ShmArena pinned = ipc::ShmArena::Open(opt_.pinned_arena, false);
   const ipc::ShmArena ring = ipc::ShmArena::Open(opt_.ring_arena, false);
   const ipc::ShmArena experts = ipc::ShmArena::Open(opt_.experts_arena, false);
+  std::optional<ipc::ShmArena> embed_window;
+  if (!opt_.embed_arena.empty()) embed_window.emplace(ipc::ShmArena::Open(opt_.embed_arena, false));
   launcher_ = Dealer(ctx_, opt_.endpoint, "compute");
   trunk_ = Dealer(ctx_, opt_.trunk, "");
   experts_ = Dealer(ctx_, opt_.experts, "");
   const auto resend = std::chrono::milliseconds(opt_.resend_ms);
-  layers_ = std::make_unique<PipelineLayerSource>(cfg_, *ck_, trunk_, pinned, ring, counters_, resend);
+  layers_ = std::make_unique<PipelineLayerSource>(cfg_, *ck_, trunk_, pinned, ring, counters_, resend,
+                                                  HeadStreaming{embed_window ? &*embed_window : nullptr,
+                                                                opt_.stream_lm_head});
   experts_src_ = std::make_unique<PipelineExpertSource>(cfg_, *ck_, experts_, experts, counters_, resend);
   globals_ = std::make_unique<GlobalWeights>(layers_->Globals());
-  fwd_ = std::make_unique<Forward>(cfg_, *globals_, *layers_, *experts_src_);
+  fwd_ = std::make_unique<Forward>(cfg_, *globals_, *layers_, *experts_src_, layers_.get());
   ipc::SendMessage(control_, ipc::Encode(ipc::control::Ready{"compute", {S("threads", omp_get_max_threads())}}));
 
   ipc::RejectCounter rejects;

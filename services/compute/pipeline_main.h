@@ -11,6 +11,8 @@ struct PipelineOptions {
   std::string model_dir, control, endpoint, trunk, experts;
   std::string pinned_arena, ring_arena, experts_arena;
   std::string dump_logits;
+  std::string embed_arena;      // set: embedding rows come through this window (not resident)
+  bool stream_lm_head = false;  // lm_head comes through the ring in row chunks
   int threads = 0;
   int resend_ms = 1000;  // LayerWant / ExpertRequest repeated after this long without an answer
 };

@@ -1,9 +1,11 @@
 #include "pipeline_sources.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "common/error.h"
 #include "common/ipc/protocol.h"
+#include "common/plan/head_stream.h"
 #include "common/tensor_names.h"
 
 namespace k3::compute {
@@ -21,9 +23,10 @@ const ModelRole kGlobals[] = {ModelRole::kEmbedTokens, ModelRole::kLmHead, Model
 
 PipelineLayerSource::PipelineLayerSource(const ModelConfig& cfg, const Checkpoint& ck, zmq::socket_t& trunk,
                                          const ipc::ShmArena& pinned, const ipc::ShmArena& ring,
-                                         PipelineCounters& c, std::chrono::milliseconds resend)
+                                         PipelineCounters& c, std::chrono::milliseconds resend,
+                                         HeadStreaming streaming)
     : cfg_(cfg), ck_(ck), sock_(trunk), pinned_(pinned), ring_(ipc::SlotTable::Attach(ring)), c_(c),
-      resend_(resend) {
+      resend_(resend), stream_(streaming) {
   for (int l = 0; l < cfg.num_layers; ++l) {
     const ByteRange r = LayerTrunkRange(ck, cfg, l);
     begin_.push_back(r.begin);
@@ -39,6 +42,21 @@ PipelineLayerSource::PipelineLayerSource(const ModelConfig& cfg, const Checkpoin
   }
   begin_.push_back(b);
   shard_.push_back(first.shard);
+  // The globals run holds only the tensors kept resident; its first byte moves accordingly.
+  int64_t resident_begin = INT64_MAX;
+  for (ModelRole role : kGlobals) {
+    if ((role == ModelRole::kEmbedTokens && stream_.embed_window) || (role == ModelRole::kLmHead && stream_.lm_head))
+      continue;
+    resident_begin = std::min(resident_begin, ck.at(ModelTensorName(role)).file_offset);
+  }
+  begin_.back() = resident_begin;
+  if (stream_.lm_head) {
+    const TensorInfo& t = ck.at(ModelTensorName(ModelRole::kLmHead));
+    lm_chunk_rows_ = plan::LmHeadChunkRows(static_cast<int64_t>(ring_.slot_bytes()), t.nbytes / cfg.vocab_size,
+                                           cfg.vocab_size);
+    if (lm_chunk_rows_ < 1) throw RuntimeFailure("trunk ring slots are too small for one lm_head row");
+    lm_chunks_ = plan::LmHeadChunks(lm_chunk_rows_, cfg.vocab_size);
+  }
 }
 
 bool PipelineLayerSource::Usable(const ipc::weights::LayerReady& r) const {
@@ -48,9 +66,11 @@ bool PipelineLayerSource::Usable(const ipc::weights::LayerReady& r) const {
 
 void PipelineLayerSource::Handle(const ipc::weights::Message& m) {
   if (const auto* r = std::get_if<ipc::weights::LayerReady>(&m)) {
-    if (r->layer < 0 || r->layer > cfg_.num_layers) return;  // not ours: ignore
+    if (r->layer < 0 || r->layer > cfg_.num_layers + lm_chunks_) return;  // not ours: ignore
     if (r->slot >= 0 && static_cast<uint32_t>(r->slot) >= ring_.slot_count()) return;
     ready_[r->layer] = *r;
+  } else if (const auto* e = std::get_if<ipc::weights::EmbedRowsReady>(&m)) {
+    embed_reply_ = *e;
   } else if (const auto* f = std::get_if<ipc::weights::LayerFailed>(&m)) {
     // A stopping or restarting reader is not a failure of the run; real read errors are.
     if (f->error == ipc::weights::Error::kReadFailed || f->error == ipc::weights::Error::kOutOfRange)
@@ -116,7 +136,22 @@ GlobalWeights PipelineLayerSource::Globals() {
   const int32_t g = static_cast<int32_t>(cfg_.num_layers);
   const auto r = WaitFor(g);
   if (r.slot >= 0) throw RuntimeFailure("trunk reader: the globals must be pinned");
-  return BindGlobals(cfg_, Resolver(r, begin_.back(), shard_.back()));
+  const TensorResolver in_run = Resolver(r, begin_.back(), shard_.back());
+  const std::string embed_name = ModelTensorName(ModelRole::kEmbedTokens);
+  const std::string head_name = ModelTensorName(ModelRole::kLmHead);
+  // Streamed tensors are bound for their shape and dtype only (a placeholder address the
+  // binder never reads, cleared right after); their bytes never get here.
+  static const uint8_t kPlaceholder = 0;
+  GlobalWeights w = BindGlobals(cfg_, [&](const std::string& name) {
+    if ((name == embed_name && stream_.embed_window) || (name == head_name && stream_.lm_head))
+      return RawTensor{&kPlaceholder, &ck_.at(name)};
+    return in_run(name);
+  });
+  if (stream_.embed_window) w.embed.data = nullptr;
+  if (stream_.lm_head) w.lm_head.data = nullptr;
+  embed_ = w.embed;
+  lm_head_ = w.lm_head;
+  return w;
 }
 
 const LayerWeights& PipelineLayerSource::Acquire(int64_t layer) {

@@ -32,15 +32,26 @@ struct PipelineCounters {
   ipc::RejectCounter rejects;
 };
 
-class PipelineLayerSource : public LayerSource {
+// What the plan streams of the model-level tensors (docs/pipeline.md "Streamed embedding and
+// lm_head"): embedding rows through `embed_window` (null: resident), lm_head in ring chunks.
+struct HeadStreaming {
+  const ipc::ShmArena* embed_window = nullptr;
+  bool lm_head = false;
+};
+
+class PipelineLayerSource : public LayerSource, public HeadSource {
  public:
   PipelineLayerSource(const ModelConfig& cfg, const Checkpoint& ck, zmq::socket_t& trunk,
                       const ipc::ShmArena& pinned, const ipc::ShmArena& ring, PipelineCounters& c,
-                      std::chrono::milliseconds resend);
+                      std::chrono::milliseconds resend, HeadStreaming streaming = {});
   // The model-level tensors (pseudo-layer num_layers, always pinned); blocks until announced.
+  // A streamed embedding / lm_head is bound without data (only Embed/Logits touch them).
   GlobalWeights Globals();
   const LayerWeights& Acquire(int64_t layer) override;
   void Release(int64_t layer) override;
+  // HeadSource (pipeline_head.cpp): resident views, or rows / chunks from the trunk reader.
+  void Embed(const int32_t* ids, int64_t T, float* out) override;
+  void Logits(const float* X, int64_t T, float* Y) override;
 
  private:
   bool Usable(const ipc::weights::LayerReady& r) const;
@@ -61,6 +72,14 @@ class PipelineLayerSource : public LayerSource {
   std::map<int32_t, LayerWeights> pinned_bound_;
   LayerWeights current_;
   std::optional<ipc::weights::LayerReady> held_;
+  // head streaming (pipeline_head.cpp)
+  void EmbedBatch(const int32_t* ids, int64_t n, float* out);
+  HeadStreaming stream_;
+  kern::DenseMat embed_, lm_head_;   // resident views (data null when streamed)
+  int64_t lm_chunk_rows_ = 0, lm_chunks_ = 0;
+  uint64_t next_embed_request_ = 1;
+  std::optional<ipc::weights::EmbedRowsReady> embed_reply_;
+  std::vector<float> chunk_out_;
 };
 
 class PipelineExpertSource : public ExpertSource {

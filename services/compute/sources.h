@@ -18,6 +18,18 @@ class LayerSource {
   virtual void Release(int64_t layer) = 0;
 };
 
+// Embedding rows and lm_head logits, when they are not plain views of resident tensors (the
+// pipeline streams them: docs/pipeline.md "Streamed embedding and lm_head"). Results must be
+// bit-identical to kern::RowToFloat / kern::Matmul on the resident tensors.
+class HeadSource {
+ public:
+  virtual ~HeadSource() = default;
+  // out[t*H, (t+1)*H) = the float embedding row of ids[t], t < T.
+  virtual void Embed(const int32_t* ids, int64_t T, float* out) = 0;
+  // Y[t*vocab + r] = lm_head row r · X[t*H ...], t < T.
+  virtual void Logits(const float* X, int64_t T, float* Y) = 0;
+};
+
 class ExpertSource {
  public:
   virtual ~ExpertSource() = default;

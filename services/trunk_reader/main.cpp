@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,8 @@
 #include "common/ipc/slot_table.h"
 #include "common/ipc/zmq_channel.h"
 #include "common/model_config.h"
+#include "common/plan/head_stream.h"
+#include "common/tensor_names.h"
 #include "common/safetensors.h"
 #include "services/trunk_reader/read_worker.h"
 #include "services/trunk_reader/ring_scheduler.h"
@@ -32,6 +36,8 @@ constexpr const char* kService = "trunk-reader";
 
 struct Flags {
   std::string model, control, bind, pinned_arena, ring_arena, pin, io = "pread";
+  std::string embed_arena;     // set: the embedding is not resident; rows are served on request
+  bool stream_lm_head = false;  // lm_head streams through the ring in row chunks
   int inflight = 4;
 };
 
@@ -44,7 +50,7 @@ class TrunkReader {
   void Start() {
     const Checkpoint ck = Checkpoint::Open(f_.model);
     const ModelConfig cfg = LoadModelConfig(f_.model + "/config.json");
-    layout_ = BuildTrunkLayout(ck, cfg);
+    layout_ = BuildTrunkLayout(ck, cfg, {f_.embed_arena.empty(), !f_.stream_lm_head});
     pins_ = ParsePinList(f_.pin, layout_.num_layers);
     uint64_t need = 0;
     pinned_ = PlanPinned(layout_, pins_, &need);
@@ -58,12 +64,27 @@ class TrunkReader {
     if (run > ring_->slot_bytes())
       throw RuntimeFailure(f_.ring_arena + ": ring slots hold " + std::to_string(ring_->slot_bytes()) +
                            " bytes, the largest streamed layer needs " + std::to_string(run));
+    if (f_.stream_lm_head) AppendLmHeadChunks(layout_, ck, cfg, ring_->slot_bytes());
+    if (!f_.embed_arena.empty()) {
+      embed_arena_ = ipc::ShmArena::Open(f_.embed_arena, true);
+      const TensorInfo& t = ck.at(ModelTensorName(ModelRole::kEmbedTokens));
+      embed_ = {t.shard, static_cast<uint64_t>(t.file_offset), static_cast<uint64_t>(t.nbytes / cfg.vocab_size),
+                static_cast<int64_t>(cfg.vocab_size)};
+      embed_stride_ = static_cast<uint64_t>(plan::EmbedRowStride(static_cast<int64_t>(embed_.row_bytes)));
+      if (embed_arena_.size() < embed_stride_)
+        throw RuntimeFailure(f_.embed_arena + ": embed window has " + std::to_string(embed_arena_.size()) +
+                             " bytes, one embedding row needs " + std::to_string(embed_stride_));
+      embed_file_size_ = std::filesystem::file_size(ck.shard_paths().at(static_cast<size_t>(t.shard)));
+    }
     // After a crash compute may still hold references: move every generation on.
     for (uint32_t s = 0; s < ring_->slot_count(); ++s) {
       ring_->BeginFill(s);
       ring_->Publish(s);
     }
-    sched_.emplace(layout_.num_layers, pins_, ring_->slot_count());
+    // Walk positions: layers, the pinned globals, then the lm_head chunks (if any).
+    std::vector<int> fixed = pins_;
+    fixed.push_back(layout_.globals());
+    sched_.emplace(layout_.walk_length(), fixed, ring_->slot_count());
     worker_.emplace(ctx_, "trunk-io", f_.io, ck.shard_paths(), f_.inflight);
     ReadPinned();
     router_.emplace(ctx_, zmq::socket_type::router);
@@ -106,6 +127,7 @@ class TrunkReader {
     return {{"bytes_read", static_cast<double>(bytes_read_)},
             {"read_mb_s", MBps(bytes_read_, secs)},
             {"layers_streamed", static_cast<double>(layers_streamed_)},
+            {"embed_requests", static_cast<double>(embed_requests_)},
             {"rejected_messages", static_cast<double>(rejects_.rejected + ctl_.rejects().rejected)}};
   }
 
@@ -149,10 +171,10 @@ class TrunkReader {
   }
 
   void OnMessage(const w::LayerWant& m) {
-    if (m.layer < 0 || m.layer > layout_.num_layers) {
+    if (m.layer < 0 || m.layer >= layout_.walk_length()) {
       Send(ipc::Encode(w::LayerFailed{m.layer, w::Error::kOutOfRange,
                                       "layer " + std::to_string(m.layer) + " outside [0, " +
-                                          std::to_string(layout_.num_layers) + "]"}));
+                                          std::to_string(layout_.walk_length() - 1) + "]"}));
       return;
     }
     for (const PinnedEntry& p : pinned_) Send(ipc::Encode(w::LayerReady{p.layer, -1, 0, p.first_byte, p.length}));
@@ -174,6 +196,49 @@ class TrunkReader {
       rejects_.last_reason = "stale LayerDone for layer " + std::to_string(m.layer) + " slot " +
                              std::to_string(m.slot) + " generation " + std::to_string(m.generation);
     }
+  }
+
+  // Embedding rows into the embed window: row i of the request lands at i * stride, read
+  // widened to 4096 bounds (docs/pipeline.md "Streamed embedding and lm_head").
+  void OnMessage(const w::EmbedRows& m) {
+    const uint64_t capacity = embed_arena_.size() / std::max<uint64_t>(embed_stride_, 1);
+    std::string why;
+    if (f_.embed_arena.empty()) why = "the embedding is resident (no embed window)";
+    else if (m.ids.empty() || m.ids.size() > capacity)
+      why = std::to_string(m.ids.size()) + " rows requested, the embed window holds 1.." + std::to_string(capacity);
+    for (int32_t id : m.ids)
+      if (why.empty() && (id < 0 || id >= embed_.vocab)) why = "token id " + std::to_string(id) + " outside the vocabulary";
+    if (!why.empty()) {
+      Send(ipc::Encode(w::LayerFailed{layout_.globals(), w::Error::kOutOfRange, "EmbedRows: " + why}));
+      return;
+    }
+    ReadJob job{kEmbedTag + embed_seq_, embed_.shard, {}};
+    EmbedPending pending{m.request_id, {}};
+    uint8_t* base = embed_arena_.mutable_data();
+    for (size_t i = 0; i < m.ids.size(); ++i) {
+      const uint64_t begin = embed_.offset + static_cast<uint64_t>(m.ids[i]) * embed_.row_bytes;
+      const uint64_t wbegin = AlignDown(begin);
+      const uint64_t wend = std::min(AlignUp(begin + embed_.row_bytes), std::max(embed_file_size_, begin + embed_.row_bytes));
+      job.requests.push_back({wbegin, wend - wbegin, base + i * embed_stride_});
+      pending.offsets.push_back(i * embed_stride_ + (begin - wbegin));
+    }
+    embed_pending_[embed_seq_++] = std::move(pending);
+    if (worker_->pending() == 0) t_busy_ = Clock::now();
+    worker_->Submit(std::move(job));
+  }
+
+  void OnEmbedDone(const ReadDone& d) {
+    auto it = embed_pending_.find(d.tag - kEmbedTag);
+    if (it == embed_pending_.end()) return;
+    if (!d.error.empty()) {
+      std::cerr << "[trunk-reader] " << d.error << "\n";
+      Send(ipc::Encode(w::LayerFailed{layout_.globals(), w::Error::kReadFailed, d.error}));
+    } else {
+      bytes_read_ += d.bytes;
+      ++embed_requests_;
+      Send(ipc::Encode(w::EmbedRowsReady{it->second.request_id, it->second.offsets, embed_.row_bytes}));
+    }
+    embed_pending_.erase(it);
   }
 
   template <class M>
@@ -201,6 +266,10 @@ class TrunkReader {
     std::vector<ReadDone> done = worker_->TakeCompleted();
     if (done.empty()) return;
     for (const ReadDone& d : done) {
+      if (d.tag >= kEmbedTag) {
+        OnEmbedDone(d);
+        continue;
+      }
       const auto s = static_cast<uint32_t>(d.tag);
       const int layer = sched_->slots()[s].layer;
       if (!d.error.empty()) {
@@ -223,7 +292,19 @@ class TrunkReader {
   TrunkLayout layout_;
   std::vector<int> pins_;
   std::vector<PinnedEntry> pinned_;
-  ipc::ShmArena pinned_arena_, ring_arena_;
+  ipc::ShmArena pinned_arena_, ring_arena_, embed_arena_;
+  struct EmbedTensor {
+    int shard = 0;
+    uint64_t offset = 0, row_bytes = 0;
+    int64_t vocab = 0;
+  } embed_;
+  struct EmbedPending {
+    uint64_t request_id = 0;
+    std::vector<uint64_t> offsets;
+  };
+  static constexpr uint64_t kEmbedTag = 1ull << 40;  // read tags above ring slot numbers
+  uint64_t embed_stride_ = 0, embed_file_size_ = 0, embed_seq_ = 0, embed_requests_ = 0;
+  std::map<uint64_t, EmbedPending> embed_pending_;
   std::optional<ipc::SlotTable> ring_;
   std::optional<RingScheduler> sched_;
   std::optional<ReadWorker> worker_;
@@ -246,6 +327,8 @@ int Run(int argc, char** argv) {
   app.add_option("--pin", f.pin, "comma-separated layers to pin (globals always pinned)");
   app.add_option("--io", f.io, "backend: direct|pread|uring|mmap");
   app.add_option("--inflight", f.inflight, "reads in flight")->check(CLI::Range(1, 1024));
+  app.add_flag("--stream-lm-head", f.stream_lm_head, "stream lm_head through the ring in row chunks");
+  app.add_option("--embed-arena", f.embed_arena, "shm name of embed-window (embedding not resident)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

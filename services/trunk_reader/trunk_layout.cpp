@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/plan/head_stream.h"
 #include "common/tensor_names.h"
 
 namespace k3::svc {
@@ -21,7 +22,7 @@ TrunkRun Widen(const ByteRange& r, uint64_t file_size) {
 
 }  // namespace
 
-TrunkLayout BuildTrunkLayout(const Checkpoint& ck, const ModelConfig& cfg) {
+TrunkLayout BuildTrunkLayout(const Checkpoint& ck, const ModelConfig& cfg, GlobalsSet set) {
   TrunkLayout out;
   out.num_layers = static_cast<int>(cfg.num_layers);
   std::vector<uint64_t> sizes;
@@ -34,6 +35,7 @@ TrunkLayout BuildTrunkLayout(const Checkpoint& ck, const ModelConfig& cfg) {
   ByteRange g{-1, 0, 0, 0};
   for (ModelRole role : {ModelRole::kEmbedTokens, ModelRole::kLmHead, ModelRole::kNorm,
                          ModelRole::kOutputAttnResNorm, ModelRole::kOutputAttnResProj}) {
+    if ((role == ModelRole::kEmbedTokens && !set.embed) || (role == ModelRole::kLmHead && !set.lm_head)) continue;
     const TensorInfo& t = ck.at(ModelTensorName(role));
     if (g.shard < 0) {
       g = {t.shard, t.file_offset, t.file_offset + t.nbytes, 0};
@@ -47,6 +49,24 @@ TrunkLayout BuildTrunkLayout(const Checkpoint& ck, const ModelConfig& cfg) {
   }
   out.runs.push_back(Widen(g, sizes.at(static_cast<size_t>(g.shard))));
   return out;
+}
+
+void AppendLmHeadChunks(TrunkLayout& layout, const Checkpoint& ck, const ModelConfig& cfg, uint64_t slot_bytes) {
+  const TensorInfo& t = ck.at(ModelTensorName(ModelRole::kLmHead));
+  const int64_t V = cfg.vocab_size;
+  const int64_t row = t.nbytes / std::max<int64_t>(V, 1);
+  const int64_t rows = plan::LmHeadChunkRows(static_cast<int64_t>(slot_bytes), row, V);
+  if (rows < 1)
+    throw RuntimeFailure("ring slots of " + std::to_string(slot_bytes) + " bytes cannot hold one lm_head row of " +
+                         std::to_string(row) + " bytes");
+  const uint64_t file_size = std::filesystem::file_size(ck.shard_paths().at(static_cast<size_t>(t.shard)));
+  layout.lm_chunk_rows = rows;
+  layout.lm_chunks = static_cast<int>(plan::LmHeadChunks(rows, V));
+  for (int c = 0; c < layout.lm_chunks; ++c) {
+    const int64_t r0 = c * rows, r1 = std::min(V, r0 + rows);
+    const ByteRange r{t.shard, t.file_offset + r0 * row, t.file_offset + r1 * row, (r1 - r0) * row};
+    layout.runs.push_back(Widen(r, file_size));
+  }
 }
 
 std::vector<int> ParsePinList(const std::string& text, int num_layers) {

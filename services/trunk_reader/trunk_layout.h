@@ -33,12 +33,28 @@ struct TrunkRun {
 
 struct TrunkLayout {
   int num_layers = 0;
-  std::vector<TrunkRun> runs;  // num_layers + 1 entries; the last is the globals
+  // num_layers + 1 entries (the last is the globals), then one per lm_head chunk when
+  // lm_head streams: chunk c is pseudo-layer num_layers + 1 + c.
+  std::vector<TrunkRun> runs;
+  int64_t lm_chunk_rows = 0;  // rows per lm_head chunk (0: lm_head is in the globals run)
+  int lm_chunks = 0;
   int globals() const { return num_layers; }
+  int walk_length() const { return num_layers + 1 + lm_chunks; }  // positions of the walk
 };
 
-// BadModel if a layer's trunk or the globals are missing or split across shards.
-TrunkLayout BuildTrunkLayout(const Checkpoint& ck, const ModelConfig& cfg);
+// Which model-level tensors the globals run holds (the rest is streamed).
+struct GlobalsSet {
+  bool embed = true;
+  bool lm_head = true;
+};
+
+// BadModel if a layer's trunk or the globals are missing or split across shards. The globals
+// run is [min, max) of the model-level tensors in `set` (norm and output_attn_res_* always).
+TrunkLayout BuildTrunkLayout(const Checkpoint& ck, const ModelConfig& cfg, GlobalsSet set = {});
+
+// Appends lm_head row chunks sized for ring slots of `slot_bytes` (common/plan/head_stream.h).
+// Runtime error when not even one row fits a slot.
+void AppendLmHeadChunks(TrunkLayout& layout, const Checkpoint& ck, const ModelConfig& cfg, uint64_t slot_bytes);
 
 // "3,0,7" -> {0,3,7} (sorted, distinct). Empty text -> {}. k3::Error(kExitUsage) on anything
 // that is not a comma-separated list of layer indices in [0, num_layers).

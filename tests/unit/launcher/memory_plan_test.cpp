@@ -169,9 +169,52 @@ TEST(MemoryPlan, MoreBudgetPinsMoreThenGrowsExperts) {
   }
   EXPECT_TRUE(all_pinned_seen);
   const MemoryPlan big = MakePlan(m, 4 * kGiB, o);
-  EXPECT_EQ(big.ring_slots, 0);
+  // Everything pinned: the ring still exists (the launcher always creates it) at its minimum.
+  EXPECT_EQ(big.ring_slots, 2);
+  EXPECT_EQ(big.ring_slot_bytes, 4096);
   EXPECT_TRUE(big.embed_resident);
+  EXPECT_EQ(big.embed_window_bytes, 0);
   EXPECT_EQ(big.expert_slots, 7 * 16);  // capped at every expert of every MoE layer
+}
+
+// What is streamed must still fit the arenas the plan sizes: lm_head chunks in a ring slot
+// (read widened), embedding rows in the embed window; and the shared-memory regions add up
+// to exactly the arenas (computed here from the model, not from the planner).
+TEST(MemoryPlan, StreamedHeadAndEmbeddingFitTheirArenas) {
+  const PlanModel m = Synthetic();
+  const PlanOptions o = SmallOptions();
+  const int64_t V = m.cfg.vocab_size;
+  const int64_t lm_row = (m.lm_head_bytes + V - 1) / V, embed_row = (m.embed_bytes + V - 1) / V;
+  bool saw_streamed_head = false, saw_streamed_embed = false;
+  for (int64_t b = PlanFloor(m, o); b < 2 * kGiB; b += 5 * kMiB + 777) {
+    const MemoryPlan p = MakePlan(m, b, o);
+    SCOPED_TRACE("budget " + std::to_string(b));
+    if (!p.lm_head_resident) {
+      saw_streamed_head = true;
+      ASSERT_GE(p.lm_head_chunk_rows, 1);
+      EXPECT_LE(Widened(p.lm_head_chunk_rows * lm_row), p.ring_slot_bytes);
+      EXPECT_GE(p.lm_head_chunks * p.lm_head_chunk_rows, V);
+      EXPECT_LT((p.lm_head_chunks - 1) * p.lm_head_chunk_rows, V);
+    } else {
+      EXPECT_EQ(p.lm_head_chunks, 0);
+    }
+    if (!p.embed_resident) {
+      saw_streamed_embed = true;
+      ASSERT_GE(p.embed_window_rows, 1);
+      EXPECT_GE(p.embed_window_bytes, p.embed_window_rows * Widened(embed_row));
+      EXPECT_LE(p.embed_window_bytes, std::max(o.embed_window, Widened(embed_row)));
+    }
+    // Pinned arena: header page + widened pinned layers + widened globals run.
+    int64_t pinned = 4096 + Widened(p.globals_bytes);
+    for (int l : p.pinned_layers) pinned += Widened(m.trunk_bytes[static_cast<size_t>(l)]);
+    EXPECT_EQ(p.pinned_bytes, pinned);
+    int64_t shm = 0;
+    for (const auto& r : p.regions())
+      if (r.process == "shm") shm += r.bytes;
+    EXPECT_EQ(shm, p.pinned_bytes + p.ring_bytes + p.embed_window_bytes + p.expert_arena_bytes);
+  }
+  EXPECT_TRUE(saw_streamed_head);
+  EXPECT_TRUE(saw_streamed_embed);
 }
 
 TEST(MemoryPlan, PinCapFromConfigLeavesMoreForExperts) {

@@ -1,0 +1,226 @@
+"""The budget is a promise: k3-launch under a hard cgroup-v1 memory limit equal to --budget.
+
+A generated checkpoint with a large vocabulary (lm_head bigger than a ring slot, so it streams
+in several chunks) is run at the plan's floor (embedding rows and lm_head streamed) and at a
+budget that keeps everything resident. For each run:
+
+- the launcher and everything it spawns live in a fresh memory cgroup whose hard limit is the
+  budget (the wrapper shell joins the cgroup, then execs k3-launch); the run must succeed with
+  no OOM kill, and memory.max_usage_in_bytes must stay within the limit;
+- separately, the total is sampled while it runs: private memory of every process in the
+  cgroup (VmRSS - RssShmem) plus the full size of every /dev/shm arena of the run; its peak
+  must stay within the budget;
+- the generated ids equal standalone k3-compute's, and the logits that choose the first token
+  are bit-identical to standalone's (streamed or resident: same bytes, same dot products).
+
+Exit code 77 (ctest SKIP_RETURN_CODE) when the cgroup-v1 memory controller is missing or not
+writable. Environment: K3_BIN (binaries), K3_PYTHON (the numpy python, for the generator).
+"""
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BIN = os.environ.get("K3_BIN", "")
+HERE = os.path.dirname(os.path.abspath(__file__))
+GENERATOR = os.path.join(HERE, "..", "generator", "make_checkpoint.py")
+PYTHON = os.environ.get("K3_PYTHON", "/usr/bin/python3")
+CGROOT = "/sys/fs/cgroup/memory"
+IDS = "1,5,9,8000,77,3,4095,42"
+GEN = 5
+TIMEOUT = 300
+SKIP = 77
+
+
+def cgroup_unavailable():
+    """A reason string when a memory cgroup cannot be made here, else None."""
+    if not os.path.isfile(os.path.join(CGROOT, "memory.limit_in_bytes")):
+        return "no cgroup-v1 memory controller at " + CGROOT
+    probe = os.path.join(CGROOT, "k3-test-probe-%d" % os.getpid())
+    try:
+        os.mkdir(probe)
+        with open(os.path.join(probe, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(64 << 20))
+    except OSError as e:
+        return "cannot create a memory cgroup under %s: %s" % (CGROOT, e)
+    finally:
+        try:
+            os.rmdir(probe)
+        except OSError:
+            pass
+    return None
+
+
+class MemoryCgroup:
+    """A fresh memory cgroup with a hard limit; removed on exit."""
+
+    def __init__(self, limit):
+        self.path = os.path.join(CGROOT, "k3-test-%d-%d" % (os.getpid(), int(time.time() * 1000)))
+        self.limit = limit
+
+    def __enter__(self):
+        os.mkdir(self.path)
+        self.write("memory.limit_in_bytes", str(self.limit))
+        # No swap escape hatch where the kernel offers the knob.
+        if os.path.exists(os.path.join(self.path, "memory.memsw.limit_in_bytes")):
+            try:
+                self.write("memory.memsw.limit_in_bytes", str(self.limit))
+            except OSError:
+                pass
+        return self
+
+    def write(self, name, value):
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(value)
+
+    def read(self, name):
+        with open(os.path.join(self.path, name)) as f:
+            return f.read()
+
+    def pids(self):
+        try:
+            return [int(x) for x in self.read("cgroup.procs").split()]
+        except OSError:
+            return []
+
+    def oom_kills(self):
+        for line in self.read("memory.oom_control").splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+        return 0
+
+    def __exit__(self, *exc):
+        deadline = time.time() + 10
+        while self.pids() and time.time() < deadline:
+            time.sleep(0.05)
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+        return False
+
+
+def private_bytes(pid):
+    """VmRSS - RssShmem of one process (0 if it is gone)."""
+    rss = shmem = 0
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("RssShmem:"):
+                    shmem = int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return max(0, rss - shmem)
+
+
+def shm_bytes(launcher_pid):
+    total = 0
+    for p in glob.glob("/dev/shm/k3-%d-*" % launcher_pid):
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            pass
+    return total
+
+
+class BudgetCgroupTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not BIN:
+            raise unittest.SkipTest("K3_BIN not set")
+        cls.tmp = tempfile.mkdtemp(prefix="k3-cgroup-test-")
+        cls.model = os.path.join(cls.tmp, "ck")
+        subprocess.run([PYTHON, GENERATOR, cls.model, "--preset", "tiny", "--layers", "13", "--experts", "64",
+                        "--vocab", "8192"], check=True, capture_output=True, timeout=TIMEOUT)
+        cls.toml = os.path.join(cls.tmp, "ck.toml")
+        with open(cls.toml, "w") as f:
+            f.write('model = "%s"\nio = "pread"\ngen = %d\nthreads = 1\n' % (cls.model, GEN))
+        cls.sa_logits = os.path.join(cls.tmp, "standalone.f32")
+        r = subprocess.run([os.path.join(BIN, "k3-compute"), "--standalone", cls.model, "--ids", IDS, "--gen",
+                            str(GEN), "--threads", "1", "--dump-logits", cls.sa_logits],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        if r.returncode != 0:
+            raise AssertionError("standalone k3-compute failed: " + r.stderr)
+        cls.expected = [int(x) for x in r.stdout.split()]
+        r = cls.dry_run(1)
+        assert r.returncode == 6, r.stderr
+        cls.floor = int(r.stderr.split("(")[1].split(" bytes")[0])
+
+    @classmethod
+    def dry_run(cls, budget):
+        return subprocess.run([os.path.join(BIN, "k3-launch"), cls.toml, "--budget", str(budget), "--dry-run"],
+                              capture_output=True, text=True, timeout=TIMEOUT)
+
+    def plan(self, budget):
+        r = self.dry_run(budget)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def run_limited(self, budget):
+        """k3-launch in a memory cgroup limited to `budget`; returns (ids, logits, usage, peak)."""
+        logits = os.path.join(self.tmp, "logits-%d.f32" % budget)
+        launch = [os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(budget), "--ids", IDS,
+                  "--dump-logits", logits]
+        with MemoryCgroup(budget) as cg:
+            # Only the launcher (and what it spawns) joins the cgroup, before exec.
+            wrapper = 'echo $$ > "$0"/cgroup.procs && exec "$@"'
+            p = subprocess.Popen(["sh", "-c", wrapper, cg.path] + launch, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            peak = 0
+            deadline = time.time() + TIMEOUT
+            while p.poll() is None and time.time() < deadline:
+                total = sum(private_bytes(pid) for pid in cg.pids()) + shm_bytes(p.pid)
+                peak = max(peak, total)
+                time.sleep(0.02)
+            if p.poll() is None:
+                p.kill()
+            out, err = p.communicate()
+            usage = int(cg.read("memory.max_usage_in_bytes"))
+            oom = cg.oom_kills()
+        self.assertEqual(oom, 0, "OOM kill inside the budget: " + err[-2000:])
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        with open(logits, "rb") as f:
+            data = f.read()
+        return [int(x) for x in out.split()], data, usage, peak, err
+
+    def check(self, budget, expect_streamed):
+        plan = self.plan(budget)
+        streamed = [l for l in plan.splitlines() if l.startswith("streamed:")][0]
+        if expect_streamed:
+            self.assertIn("rows via embed-window", streamed)
+            chunks = int(streamed.split("in ")[1].split(" chunks")[0])
+            self.assertGreater(chunks, 1, "lm_head should need several ring chunks: " + streamed)
+        else:
+            self.assertEqual(streamed, "streamed: embedding no (resident), lm_head no (resident)")
+        ids, logits, usage, peak, err = self.run_limited(budget)
+        self.assertEqual(ids, self.expected, err[-2000:])
+        with open(self.sa_logits, "rb") as f:
+            self.assertEqual(logits, f.read(), "logits differ from standalone (streamed=%s)" % expect_streamed)
+        self.assertLessEqual(usage, budget)
+        self.assertGreater(peak, 0)
+        self.assertLessEqual(peak, budget, "private memory + shm arenas exceeded the budget")
+        sys.stderr.write("budget %d: cgroup max usage %d, sampled peak %d\n" % (budget, usage, peak))
+
+    def test_floor_streams_and_fits(self):
+        self.check(self.floor, True)
+
+    def test_resident_fits(self):
+        budget = self.floor
+        while "embedding no (resident), lm_head no (resident)" not in self.plan(budget):
+            budget *= 2
+            self.assertLess(budget, 1 << 40)
+        self.check(budget, False)
+
+
+if __name__ == "__main__":
+    reason = cgroup_unavailable()
+    if reason:
+        print("SKIP: " + reason)
+        sys.exit(SKIP)
+    prog = unittest.main(argv=[sys.argv[0]] + sys.argv[1:], exit=False)
+    sys.exit(0 if prog.result.wasSuccessful() else 1)
