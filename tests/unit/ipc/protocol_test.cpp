@@ -39,6 +39,10 @@ TEST(Protocol, WeightsRoundTrip) {
             "weights.LayerFailed");
   RoundTrip(weights::LayerWant{0}, DecodeWeights, "weights.LayerWant");
   RoundTrip(weights::LayerWant{93}, DecodeWeights, "weights.LayerWant");
+  RoundTrip(weights::EmbedRows{7, {0, 163839, 42, 42}}, DecodeWeights, "weights.EmbedRows");
+  RoundTrip(weights::EmbedRows{8, {}}, DecodeWeights, "weights.EmbedRows");
+  RoundTrip(weights::EmbedRowsReady{7, {1234, 8192 + 1234, 1ull << 33, 0}, 14336}, DecodeWeights,
+            "weights.EmbedRowsReady");
 }
 
 TEST(Protocol, ExpertsRoundTrip) {
