@@ -52,7 +52,8 @@ def reference(ids, gen, extra=()):
         out = os.path.join(tmp, "ref.json")
         run([PY, os.path.join(ROOT, "tests", "reference", "k3_ref.py"), MODEL, "--ids", ",".join(map(str, ids)),
              "--gen", str(gen), "--out", out, *[a.replace("{tmp}", tmp) for a in extra]])
-        rep = json.load(open(out))
+        with open(out) as f:
+            rep = json.load(f)
         trace = os.path.join(tmp, "trace", "logits.f32")
         if os.path.exists(trace):
             rep["logits"] = np.fromfile(trace, dtype="<f4").reshape(len(ids), -1)
@@ -130,7 +131,8 @@ class DemoModel(unittest.TestCase):
                 out = os.path.join(tmp, "eng.json")
                 run([exe, "--standalone", MODEL, "--ids", ",".join(map(str, ids)), "--gen", str(GEN),
                      "--threads", "1", "--out", out])
-                eng = json.load(open(out))
+                with open(out) as f:
+                    eng = json.load(f)
             with self.subTest(prompt=prompt):
                 self.assertEqual(eng["generated_ids"], ref["generated_ids"],
                                  f"{prompt!r}: engine {self.tok.decode(eng['generated_ids'])!r} vs reference "
