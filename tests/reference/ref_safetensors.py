@@ -92,18 +92,30 @@ class Checkpoint:
     def get(self, name):
         """float64 array for float tensors, uint8 array for U8 tensors."""
         dt, shape, buf = self._raw(name)
-        b = np.asarray(buf)
-        if dt == "F32":
-            v = b.view("<f4").astype(np.float64)
-        elif dt == "F64":
-            v = b.view("<f8").astype(np.float64)
-        elif dt == "F16":
-            v = b.view("<f2").astype(np.float64)
-        elif dt == "BF16":
-            # bf16 is the top half of an fp32: widening is an exact 16-bit shift.
-            v = (b.view("<u2").astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-        elif dt == "U8":
-            v = b.copy()
-        else:
-            raise ValueError(f"{name}: dtype {dt} not used by K3")
-        return v.reshape(shape)
+        return _widen(name, dt, np.asarray(buf)).reshape(shape)
+
+    def rows(self, name, index):
+        """Rows `index` (a slice or an integer array) of a 2-D tensor, widened like get().
+        Only those rows' bytes are touched: the shard stays mapped, nothing else is read."""
+        dt, shape, buf = self._raw(name)
+        if len(shape) != 2:
+            raise ValueError(f"{name}: rows() needs a 2-D tensor, shape is {shape}")
+        grid = np.asarray(buf).reshape(shape[0], shape[1] * _SIZES[dt])
+        picked = grid[index]
+        return _widen(name, dt, picked.reshape(-1)).reshape(picked.shape[0], shape[1])
+
+
+def _widen(name, dt, b):
+    """Raw little-endian bytes (1-D uint8) -> float64 values, or a uint8 copy for U8."""
+    if dt == "F32":
+        return b.view("<f4").astype(np.float64)
+    if dt == "F64":
+        return b.view("<f8").astype(np.float64)
+    if dt == "F16":
+        return b.view("<f2").astype(np.float64)
+    if dt == "BF16":
+        # bf16 is the top half of an fp32: widening is an exact 16-bit shift.
+        return (b.view("<u2").astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if dt == "U8":
+        return b.copy()
+    raise ValueError(f"{name}: dtype {dt} not used by K3")
