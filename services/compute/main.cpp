@@ -5,10 +5,12 @@
 #include <exception>
 
 #include "../../common/error.h"
+#include "omp_policy.h"
 #include "pipeline_main.h"
 #include "standalone.h"
 
 int main(int argc, char** argv) {
+  k3::compute::EnsureOmpWaitPolicy();  // before the first parallel region (may re-execute)
   using k3::compute::StandaloneOptions;
   StandaloneOptions opt;
   std::string ids_text;
