@@ -10,7 +10,9 @@ PKGS=(build-essential cmake ninja-build pkg-config
       python3 python3-numpy)
 # Node.js (for the test-only tiktoken peer) ships with npm on these machines; only add it if absent.
 command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
-if [[ "${1:-}" == "--with-torch" ]]; then PKGS+=(python3-torch); fi
+# Training the demo model (train/, not part of CI) also needs torch, the regex module, the
+# training text and a threaded BLAS (the reference BLAS makes torch ~10x slower).
+if [[ "${1:-}" == "--with-torch" ]]; then PKGS+=(python3-torch python3-regex fortunes fortunes-min libopenblas0-pthread); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
-# The main job on the bundled default model: installs packages, builds, and generates text.
-# Usage: scripts/run.sh [extra k3 flags...]
+# The main job on the bundled default model: installs packages, builds, and runs the whole
+# pipeline (k3-launch starts the trunk reader, expert fetcher, compute and tokenizer) on the
+# trained demo model in models/k3-demo-tiny (configs/demo.toml).
+# Usage: scripts/run.sh [PROMPT] [extra k3-launch flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh >&2
 scripts/build.sh Release >/dev/null
-MODEL=models/k3-demo-tiny
-if [[ ! -f "$MODEL/config.json" ]]; then
-  # Until the trained demo model is committed, run a generated tiny checkpoint in the
-  # released layout (random weights: the ids are meaningful only as a smoke test).
-  MODEL=build/testdata/tiny
-  [[ -f "$MODEL/config.json" ]] || /usr/bin/python3 tests/generator/make_checkpoint.py "$MODEL" --preset tiny
-fi
-exec build/bin/k3-compute --standalone "$MODEL" --ids 1,2,3,4,5 --gen 16 --out build/run.json "$@"
+PROMPT="${1:-The meaning of life is}"
+shift || true
+exec build/bin/k3-launch configs/demo.toml --prompt "$PROMPT" --gen 48 --out build/run.json "$@"
