@@ -235,15 +235,16 @@ class TokenizerPipelineTest(unittest.TestCase):
         p = self.launch(self.toml_plain, ["--ids", ids], rep_path, extra=["--gen", str(GEN)])
         run = "/tmp/k3-run-%d" % p.pid
         service_pid(p.pid, "k3-compute")
-        first = b""
-        while not first.endswith(b"\n"):  # generation is under way (unbuffered: byte by byte)
-            c = p.stdout.read(1)
-            self.assertTrue(c, "k3-launch printed nothing")
-            first += c
+        # Send as soon as both services have bound their endpoints: on a slow (sanitizer) build
+        # the short run could otherwise end between the two sends.
+        deadline = time.time() + 60
+        while not all(os.path.exists(os.path.join(run, n)) for n in ("trunk", "experts")):
+            self.assertLess(time.time(), deadline, "no trunk/experts endpoints in %s" % run)
+            time.sleep(0.01)
         sent = {}
         for name in ("trunk", "experts"):
-            self.assertTrue(os.path.exists(os.path.join(run, name)), "no %s endpoint in %s" % (name, run))
             sent[name] = send_malformed("ipc://%s/%s" % (run, name))
+        first = b""
         out, err = self.finish(p)
         self.assertClean(p.pid)
         self.assertEqual(p.returncode, 0, err[-3000:])
