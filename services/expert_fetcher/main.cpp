@@ -23,8 +23,8 @@
 #include "common/tensor_names.h"
 #include "services/expert_fetcher/cache_trace.h"
 #include "services/expert_fetcher/expert_cache.h"
-#include "services/trunk_reader/read_worker.h"
-#include "services/trunk_reader/service_shell.h"
+#include "common/service/read_worker.h"
+#include "common/service/service_shell.h"
 #include "services/trunk_reader/trunk_layout.h"
 
 namespace k3::svc {

@@ -9,7 +9,7 @@
 #include "common/ipc/protocol.h"
 #include "common/ipc/zmq_channel.h"
 #include "service.h"
-#include "services/trunk_reader/service_shell.h"
+#include "common/service/service_shell.h"
 
 namespace k3::tok {
 namespace {

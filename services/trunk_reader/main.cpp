@@ -22,9 +22,9 @@
 #include "common/plan/head_stream.h"
 #include "common/tensor_names.h"
 #include "common/safetensors.h"
-#include "services/trunk_reader/read_worker.h"
+#include "common/service/read_worker.h"
 #include "services/trunk_reader/ring_scheduler.h"
-#include "services/trunk_reader/service_shell.h"
+#include "common/service/service_shell.h"
 #include "services/trunk_reader/trunk_layout.h"
 
 namespace k3::svc {

@@ -1,4 +1,4 @@
-#include "services/trunk_reader/service_shell.h"
+#include "common/service/service_shell.h"
 
 #include <unistd.h>
 

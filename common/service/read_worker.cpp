@@ -1,4 +1,4 @@
-#include "services/trunk_reader/read_worker.h"
+#include "common/service/read_worker.h"
 
 #include <exception>
 
