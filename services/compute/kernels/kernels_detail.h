@@ -18,8 +18,11 @@ constexpr int64_t kParallelMinWork = int64_t{1} << 16;
 // Y[t*rows + r] = sum_c W[r][c] X[t*cols + c]. `w` is f32 or (bf16 == true) raw bf16 bits.
 void DenseScalar(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x, int64_t T,
                  float* y);
+// The AVX2 bf16 body needs scratch `x_split` of T * Bf16XStride(cols) floats (x de-interleaved
+// per 16-column block, tail zero-padded); the f32 body ignores it (may be nullptr).
 void DenseAvx2(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x, int64_t T,
-               float* y);
+               float* x_split, float* y);
+inline int64_t Bf16XStride(int64_t cols) { return (cols + 15) / 16 * 16; }
 
 // `scale` maps an E8M0 byte to 2^(s-127) (NaN for 255). The AVX2 body needs group % 32 == 0
 // and scratch space `x_perm` of T*cols floats (it reorders x to its decode lane order).

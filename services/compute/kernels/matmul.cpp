@@ -122,7 +122,11 @@ void MatmulAvx2(const DenseMat& W, const float* X, int64_t T, float* Y) {
   CheckDense(W);
   CheckAvx2();
   if (!CheckActivations(W.rows, W.cols, X, T, Y)) return;
-  detail::DenseAvx2(W.data, W.format == WFormat::BF16, W.rows, W.cols, X, T, Y);
+  const bool bf16 = W.format == WFormat::BF16;
+  // Reused per calling thread: decode calls this hundreds of times per token.
+  thread_local std::vector<float> x_split;
+  if (bf16) x_split.resize(static_cast<size_t>(T * detail::Bf16XStride(W.cols)));
+  detail::DenseAvx2(W.data, bf16, W.rows, W.cols, X, T, bf16 ? x_split.data() : nullptr, Y);
 }
 
 void Matmul(const DenseMat& W, const float* X, int64_t T, float* Y) {

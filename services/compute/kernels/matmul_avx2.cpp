@@ -23,13 +23,8 @@ inline float HSum(__m256 v) {
 }
 
 inline __m256 Load8(const float* w) { return _mm256_loadu_ps(w); }
-// bf16 -> f32: zero-extend to 32 bits and shift into the top half (exact).
-inline __m256 Load8(const uint16_t* w) {
-  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-}
 
-// NR rows x NT tokens of a dense product. Each output owns two 8-lane accumulators fed by
+// NR rows x NT tokens of an f32 product (bf16: Bf16Block below). Each output owns two 8-lane accumulators fed by
 // 16-column steps (lanes 0-7 and 8-15 of the step). This runs the steps over [c0, c1),
 // starting from the accumulators saved in `st` ([NR][NT][2]; nullptr = start from zero).
 // With `last`, it then runs the tail (zero-padded copies, so the tail uses the same lanes) and
@@ -87,6 +82,82 @@ void DenseBlock(const WT* w, const float* x, int64_t cols, int64_t c0, int64_t c
   }
 }
 
+// 16 bf16 weights in one 256-bit load -> f32 (exact). 32-bit lane k holds w[2k] in its low
+// half and w[2k+1] in its high half, so one shift gives the even elements and one AND the odd
+// ones: two cheap ops per 16 weights instead of two vpmovzxwd + two shifts.
+inline void SplitBf16(const uint16_t* w, __m256i hi_mask, __m256& even, __m256& odd) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
+}
+
+// x in the lane order of SplitBf16: per 16-column block, x[0,2,..,14] then x[1,3,..,15]; the
+// tail block is zero-padded. Rows of `out` are Bf16XStride(cols) apart.
+void SplitX(const float* x, int64_t T, int64_t cols, float* out) {
+  const int64_t stride = Bf16XStride(cols);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * cols;
+    float* o = out + t * stride;
+    for (int64_t b = 0; b < stride; b += 16) {
+      for (int64_t k = 0; k < 8; ++k) {
+        o[b + k] = b + 2 * k < cols ? xt[b + 2 * k] : 0.0f;
+        o[b + 8 + k] = b + 2 * k + 1 < cols ? xt[b + 2 * k + 1] : 0.0f;
+      }
+    }
+  }
+}
+
+// DenseBlock for bf16 weights against split x (token j at xs + j*xstride): accumulator 0 takes
+// the even columns of each 16-column step, accumulator 1 the odd ones. Same chunking and
+// state-saving rules as DenseBlock; the tail uses a zero-padded copy of the weights.
+template <int NR, int NT>
+void Bf16Block(const uint16_t* w, const float* xs, int64_t cols, int64_t xstride, int64_t c0,
+               int64_t c1, __m256* st, bool last, float* y, int64_t rows) {
+  const __m256i hi_mask = _mm256_set1_epi32(-65536);  // 0xFFFF0000
+  __m256 a0[NR][NT], a1[NR][NT];
+  for (int i = 0; i < NR; ++i) {
+    for (int j = 0; j < NT; ++j) {
+      a0[i][j] = st ? st[(i * NT + j) * 2] : _mm256_setzero_ps();
+      a1[i][j] = st ? st[(i * NT + j) * 2 + 1] : _mm256_setzero_ps();
+    }
+  }
+  for (int64_t c = c0; c < c1; c += 16) {
+    for (int i = 0; i < NR; ++i) {
+      __m256 we, wo;
+      SplitBf16(w + i * cols + c, hi_mask, we, wo);
+      for (int j = 0; j < NT; ++j) {
+        a0[i][j] = _mm256_fmadd_ps(we, _mm256_loadu_ps(xs + j * xstride + c), a0[i][j]);
+        a1[i][j] = _mm256_fmadd_ps(wo, _mm256_loadu_ps(xs + j * xstride + c + 8), a1[i][j]);
+      }
+    }
+  }
+  if (!last) {
+    for (int i = 0; i < NR; ++i) {
+      for (int j = 0; j < NT; ++j) {
+        st[(i * NT + j) * 2] = a0[i][j];
+        st[(i * NT + j) * 2 + 1] = a1[i][j];
+      }
+    }
+    return;
+  }
+  if (c1 < cols) {
+    const int64_t n = cols - c1;
+    for (int i = 0; i < NR; ++i) {
+      alignas(32) uint16_t wt[16] = {};
+      for (int64_t k = 0; k < n; ++k) wt[k] = w[i * cols + c1 + k];
+      __m256 we, wo;
+      SplitBf16(wt, hi_mask, we, wo);
+      for (int j = 0; j < NT; ++j) {
+        a0[i][j] = _mm256_fmadd_ps(we, _mm256_loadu_ps(xs + j * xstride + c1), a0[i][j]);
+        a1[i][j] = _mm256_fmadd_ps(wo, _mm256_loadu_ps(xs + j * xstride + c1 + 8), a1[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < NR; ++i) {
+    for (int j = 0; j < NT; ++j) y[j * rows + i] = HSum(_mm256_add_ps(a0[i][j], a1[i][j]));
+  }
+}
+
 // Several tokens: x for a chunk of kTokChunk tokens and kColChunk columns (16 KB) stays in L1
 // while every row of the block passes over it; the row block's weights stay in L2 across token
 // chunks. Partial accumulators live in `st` between column chunks.
@@ -124,6 +195,50 @@ void DenseRows(const WT* w, int64_t r0, int64_t r1, int64_t cols, const float* x
             case 3: DenseBlock<WT, 1, 3>(wr, xt, cols, c0, c1, s, last, yt, rows); break;
             case 2: DenseBlock<WT, 1, 2>(wr, xt, cols, c0, c1, s, last, yt, rows); break;
             default: DenseBlock<WT, 1, 1>(wr, xt, cols, c0, c1, s, last, yt, rows); break;
+          }
+        }
+      }
+      if (last) break;
+    }
+  }
+}
+
+// DenseRows for bf16 weights and split x: the same row/token/column blocking.
+void Bf16Rows(const uint16_t* w, int64_t r0, int64_t r1, int64_t cols, const float* xs, int64_t T,
+              float* y, int64_t rows) {
+  const int64_t cols16 = cols - cols % 16;
+  const int64_t xstride = Bf16XStride(cols);
+  if (T == 1) {
+    // One token: eight rows share each x load and keep eight weight streams in flight (the
+    // large matrices are memory-bound; measured faster than four rows, docs/benchmarks.md).
+    int64_t r = r0;
+    for (; r + 8 <= r1; r += 8) {
+      Bf16Block<8, 1>(w + r * cols, xs, cols, xstride, 0, cols16, nullptr, true, y + r, rows);
+    }
+    for (; r + 4 <= r1; r += 4) {
+      Bf16Block<4, 1>(w + r * cols, xs, cols, xstride, 0, cols16, nullptr, true, y + r, rows);
+    }
+    for (; r < r1; ++r) Bf16Block<1, 1>(w + r * cols, xs, cols, xstride, 0, cols16, nullptr, true, y + r, rows);
+    return;
+  }
+  __m256 st[kRowBlock * kTokChunk * 2];
+  for (int64_t tc = 0; tc < T; tc += kTokChunk) {
+    const int64_t tend = Min(T, tc + kTokChunk);
+    for (auto& v : st) v = _mm256_setzero_ps();
+    for (int64_t c0 = 0;; c0 += kColChunk) {
+      const int64_t c1 = Min(cols16, c0 + kColChunk);
+      const bool last = c1 >= cols16;
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint16_t* wr = w + r * cols;
+        for (int64_t t = tc; t < tend; t += 4) {
+          const float* xt = xs + t * xstride;
+          float* yt = y + t * rows + r;
+          __m256* s = st + ((r - r0) * kTokChunk + (t - tc)) * 2;
+          switch (Min(4, tend - t)) {
+            case 4: Bf16Block<1, 4>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
+            case 3: Bf16Block<1, 3>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
+            case 2: Bf16Block<1, 2>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
+            default: Bf16Block<1, 1>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
           }
         }
       }
@@ -282,14 +397,15 @@ void PermuteX(const float* x, int64_t n, float* out) {
 }  // namespace
 
 void DenseAvx2(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x, int64_t T,
-               float* y) {
+               float* x_split, float* y) {
+  if (bf16) SplitX(x, T, cols, x_split);  // once per call: x is reused by every row
   const int64_t nblocks = (rows + kRowBlock - 1) / kRowBlock;
   const bool parallel = rows * cols * T >= kParallelMinWork;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t b = 0; b < nblocks; ++b) {
     const int64_t r0 = b * kRowBlock, r1 = Min(rows, r0 + kRowBlock);
     if (bf16) {
-      DenseRows(static_cast<const uint16_t*>(w), r0, r1, cols, x, T, y, rows);
+      Bf16Rows(static_cast<const uint16_t*>(w), r0, r1, cols, x_split, T, y, rows);
     } else {
       DenseRows(static_cast<const float*>(w), r0, r1, cols, x, T, y, rows);
     }
