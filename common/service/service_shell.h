@@ -7,8 +7,13 @@
 #include <zmq.hpp>
 
 #include <cstdint>
+#include <exception>
+#include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "common/error.h"
 
 #include "common/ipc/messages.h"
 #include "common/ipc/zmq_channel.h"
@@ -42,5 +47,31 @@ class ControlLink {
 
 std::string FormatBytes(uint64_t bytes);  // "1.2 GiB", "850.0 MiB", "12 KiB", "17 B"
 double MBps(uint64_t bytes, double seconds);  // 1e6-byte megabytes per second (0 when no time)
+
+// The lifecycle both weight services share: Hello, start-up work, Ready with its stats,
+// serve until Shutdown or a stop signal, final Stats. An error is reported to the launcher as
+// Dead and becomes the exit code (docs/exit-codes.md); `binary` prefixes the one-line message.
+// Service needs Start(), StartStats(), Serve(), Finish() and FinalStats().
+template <class Service, class... Args>
+int RunServiceLifecycle(const char* binary, ControlLink& ctl, Args&&... args) {
+  try {
+    ctl.Hello();
+    Service service(std::forward<Args>(args)...);
+    service.Start();
+    ctl.Ready(service.StartStats());
+    service.Serve();
+    service.Finish();
+    ctl.Stats(service.FinalStats());
+    return StopRequested() ? kExitInterrupted : kExitOk;
+  } catch (const Error& e) {
+    std::cerr << binary << ": " << e.what() << "\n";
+    ctl.Dead(e.code(), e.what());
+    return e.code();
+  } catch (const std::exception& e) {
+    std::cerr << binary << ": " << e.what() << "\n";
+    ctl.Dead(kExitRuntime, e.what());
+    return kExitRuntime;
+  }
+}
 
 }  // namespace k3::svc

@@ -316,24 +316,7 @@ int RunMain(int argc, char** argv) {
   InstallStopSignals();
   zmq::context_t ctx;
   ControlLink ctl(ctx, f.control, kService);
-  try {
-    ctl.Hello();
-    ExpertFetcher fetcher(f, ctx, ctl);
-    fetcher.Start();
-    ctl.Ready(fetcher.StartStats());
-    fetcher.Serve();
-    fetcher.Finish();
-    ctl.Stats(fetcher.FinalStats());
-    return StopRequested() ? kExitInterrupted : kExitOk;
-  } catch (const Error& e) {
-    std::cerr << "k3: " << e.what() << "\n";
-    ctl.Dead(e.code(), e.what());
-    return e.code();
-  } catch (const std::exception& e) {
-    std::cerr << "k3: " << e.what() << "\n";
-    ctl.Dead(kExitRuntime, e.what());
-    return kExitRuntime;
-  }
+  return RunServiceLifecycle<ExpertFetcher>("k3-expert-fetcher", ctl, f, ctx, ctl);
 }
 
 }  // namespace

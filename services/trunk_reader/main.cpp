@@ -131,7 +131,7 @@ class TrunkReader {
             {"rejected_messages", static_cast<double>(rejects_.rejected + ctl_.rejects().rejected)}};
   }
 
-  void PrintStats() const {
+  void Finish() const {  // prints the final stats line
     std::fprintf(stderr,
                  "[trunk-reader] stats: read %s in %.2f s (%.0f MB/s), %llu layers streamed, %llu rejected "
                  "messages\n",
@@ -337,24 +337,7 @@ int Run(int argc, char** argv) {
   InstallStopSignals();
   zmq::context_t ctx;
   ControlLink ctl(ctx, f.control, kService);
-  try {
-    ctl.Hello();
-    TrunkReader reader(f, ctx, ctl);
-    reader.Start();
-    ctl.Ready(reader.StartStats());
-    reader.Serve();
-    reader.PrintStats();
-    ctl.Stats(reader.FinalStats());
-    return StopRequested() ? kExitInterrupted : kExitOk;
-  } catch (const Error& e) {
-    std::cerr << "k3: " << e.what() << "\n";
-    ctl.Dead(e.code(), e.what());
-    return e.code();
-  } catch (const std::exception& e) {
-    std::cerr << "k3: " << e.what() << "\n";
-    ctl.Dead(kExitRuntime, e.what());
-    return kExitRuntime;
-  }
+  return RunServiceLifecycle<TrunkReader>("k3-trunk-reader", ctl, f, ctx, ctl);
 }
 
 }  // namespace

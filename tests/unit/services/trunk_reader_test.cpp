@@ -258,7 +258,7 @@ TEST(TrunkReaderCli, BadFlagsAndMissingArenasExitWithOneLine) {
                  "/k3-0-nonexistent2", "--io", "pread"},
                 launcher.StderrPath("missing"));
   EXPECT_EQ(missing.Wait(), 1);
-  EXPECT_NE(launcher.ReadStderr("missing").find("k3: "), std::string::npos);
+  EXPECT_NE(launcher.ReadStderr("missing").find("k3-trunk-reader: "), std::string::npos);
   Child badpin({K3_TRUNK_READER, "--model", model, "--control", launcher.Endpoint("control"), "--bind",
                 launcher.Endpoint("trunk"), "--pinned-arena", "/x", "--ring-arena", "/y", "--pin", "1,99"},
                launcher.StderrPath("badpin"));
