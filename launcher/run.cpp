@@ -138,6 +138,9 @@ void Runner::Spawn() {
                                 "ipc://" + run + "/experts", "--arena", experts, "--io", opt_.io,
                                 "--inflight", inflight};
   if (!opt_.dump_cache_trace.empty()) x.insert(x.end(), {"--dump-cache-trace", opt_.dump_cache_trace});
+  // Every expert has a slot: the fetcher reads them all ahead (nothing is ever evicted).
+  if (plan_.expert_slots >= (m_.cfg.num_layers - m_.cfg.first_k_dense_replace) * m_.cfg.num_experts)
+    x.push_back("--warm");
   sup_.Add({"expert-fetcher", x, true});
   std::vector<std::string> c = {bin + "/k3-compute", "--pipeline", "--model", opt_.model,
                                 "--control", control, "--endpoint", "ipc://" + run + "/compute",

@@ -37,6 +37,7 @@ constexpr const char* kService = "expert-fetcher";
 struct Flags {
   std::string model, control, bind, arena, io = "pread", dump_dir;
   int inflight = 4;
+  bool warm = false;  // read every expert ahead (the plan gave every expert a slot)
 };
 
 double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -84,6 +85,22 @@ class ExpertFetcher {
     router_.emplace(ctx_, zmq::socket_type::router);
     router_->set(zmq::sockopt::linger, 0);
     router_->bind(f_.bind);
+    if (f_.warm) QueueWarmUp();
+  }
+
+  // When every routed expert has a slot, nothing is ever evicted: read them all ahead as
+  // prefetches (served only while no demand read is pending) so compute does not wait on a
+  // first use. The trace still records only compute's demand requests.
+  void QueueWarmUp() {
+    const int64_t moe_layers = cfg_.num_layers - cfg_.first_k_dense_replace;
+    if (static_cast<int64_t>(table_->slot_count()) < moe_layers * cfg_.num_experts) return;
+    for (int l = static_cast<int>(cfg_.first_k_dense_replace); l < cfg_.num_layers; ++l) {
+      x::ExpertRequest r;
+      r.layer = l;
+      r.priority = x::Priority::kPrefetch;
+      for (int e = 0; e < cfg_.num_experts; ++e) r.experts.push_back(e);
+      prefetch_.push_back(std::move(r));
+    }
   }
 
   std::vector<ipc::control::Stat> StartStats() const {
@@ -308,6 +325,7 @@ int RunMain(int argc, char** argv) {
   app.add_option("--io", f.io, "backend: direct|pread|uring|mmap");
   app.add_option("--inflight", f.inflight, "reads in flight")->check(CLI::Range(1, 1024));
   app.add_option("--dump-cache-trace", f.dump_dir, "write expert_hist.json and expert_trace.bin into DIR at exit");
+  app.add_flag("--warm", f.warm, "read every expert ahead when every expert has a slot");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
