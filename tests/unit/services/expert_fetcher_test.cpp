@@ -1,5 +1,6 @@
 // k3-expert-fetcher as a real process: bytes equal the file (every backend), LRU eviction and
 // holds, NoSlot, prefetch, rejected messages, kill -9 + restart, cache trace files.
+#include <thread>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -35,11 +36,12 @@ class ExpertFetcherTest : public ::testing::Test {
     arena_ = ipc::ShmArena::Create(launcher_.ArenaName("experts"), ipc::SlotTable::BytesNeeded(slots, slot_bytes_));
     ipc::SlotTable::Format(arena_, slots, slot_bytes_);
   }
-  void Start(const std::string& io, const std::string& dump = "") {
+  void Start(const std::string& io, const std::string& dump = "", bool warm = false) {
     std::vector<std::string> argv = {K3_EXPERT_FETCHER, "--model", model_, "--control", launcher_.Endpoint("control"),
                                      "--bind", launcher_.Endpoint("experts"), "--arena", arena_.name(), "--io", io,
                                      "--inflight", "4"};
     if (!dump.empty()) argv.insert(argv.end(), {"--dump-cache-trace", dump});
+    if (warm) argv.push_back("--warm");
     fetcher_ = Child(argv, launcher_.StderrPath("expert-fetcher"));
     ASSERT_TRUE(launcher_.WaitReady("expert-fetcher")) << launcher_.ReadStderr("expert-fetcher");
   }
@@ -174,6 +176,32 @@ TEST_F(ExpertFetcherTest, PrefetchWarmsTheCacheWithoutAnswers) {
   auto stats = launcher_.ShutdownAndStats("expert-fetcher");
   EXPECT_EQ(stats["hits"], 1) << "the prefetched expert is a hit";
   EXPECT_EQ(stats["misses"], 0);
+}
+
+// --warm with a slot for every routed expert: all are read ahead, so every later demand is a
+// hit with the file's bytes. With fewer slots than experts --warm does nothing.
+TEST_F(ExpertFetcherTest, WarmReadsEveryExpertAheadWhenAllFit) {
+  const uint32_t all = static_cast<uint32_t>((cfg_.num_layers - first_) * cfg_.num_experts);
+  MakeArena(all);
+  Start("pread", "", /*warm=*/true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the warm-up is idle-time work
+  Peer compute(launcher_.ctx(), launcher_.Endpoint("experts"));
+  uint64_t id = 1;
+  for (int l = first_; l < cfg_.num_layers; ++l)
+    for (int e = 0; e < cfg_.num_experts; ++e) CheckBytes(Demand(compute, id++, l, e));
+  auto stats = launcher_.ShutdownAndStats("expert-fetcher");
+  EXPECT_EQ(stats["hits"], all) << "every expert was read ahead";
+  EXPECT_EQ(stats["misses"], 0);
+}
+
+TEST_F(ExpertFetcherTest, WarmIsANoOpWhenNotEveryExpertFits) {
+  MakeArena(3);
+  Start("pread", "", /*warm=*/true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Peer compute(launcher_.ctx(), launcher_.Endpoint("experts"));
+  CheckBytes(Demand(compute, 1, first_, 0));
+  auto stats = launcher_.ShutdownAndStats("expert-fetcher");
+  EXPECT_EQ(stats["misses"], 1) << "nothing was read ahead";
 }
 
 TEST_F(ExpertFetcherTest, RejectsMalformedAndStaleMessagesAndKeepsAnswering) {
