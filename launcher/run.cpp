@@ -108,6 +108,7 @@ class Runner {
   std::map<std::string, std::map<std::string, double>> stats_;  // service -> latest Stats
   std::map<std::string, ProcMemory> peak_;
   std::vector<int32_t> generated_;
+  std::vector<Clock::time_point> token_arrivals_;  // when each generated token reached the launcher
   std::optional<ipc::compute::RunStats> done_;
   int fatal_code_ = 0;
   std::string fatal_msg_;
@@ -233,6 +234,7 @@ bool Runner::Pump(Clock::time_point deadline) {
     if (const auto* t = std::get_if<ipc::compute::Token>(&r->message)) {
       if (t->index == static_cast<int32_t>(generated_.size())) {
         generated_.push_back(t->id);
+        token_arrivals_.push_back(Clock::now());
         if (tok_) tok_->PushIds({t->id});
         if (!(tok_ && in_.has_text)) {  // ids in, ids out; text prompts get text (PrintText)
           std::printf("%d\n", t->id);
@@ -446,6 +448,17 @@ void Runner::WriteReport(const std::vector<int32_t>& ids) {
   r["plan_total_bytes"] = plan_.total;
   r["seconds_per_token"] = done_ ? done_->seconds_per_token : 0.0;
   r["prefill_seconds"] = done_ ? done_->prefill_seconds : 0.0;
+  // Per decode step, from token arrival times here: shows the spread the mean hides.
+  std::vector<double> step_s;
+  for (size_t i = 1; i < token_arrivals_.size(); ++i)
+    step_s.push_back(std::chrono::duration<double>(token_arrivals_[i] - token_arrivals_[i - 1]).count());
+  r["token_seconds"] = step_s;
+  if (!step_s.empty()) {
+    std::vector<double> sorted = step_s;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    r["median_token_seconds"] = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  }
   r["run_seconds"] = run_seconds_;
   r["trunk_bytes_read"] = trunk_bytes;
   r["expert_bytes_read"] = expert_bytes;

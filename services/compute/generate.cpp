@@ -12,6 +12,13 @@ int32_t Argmax(const float* v, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const GreedyHooks& hooks) {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
@@ -49,12 +56,14 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
     r.full.push_back(next);
     if (hooks.on_token) hooks.on_token(next, i);
     if (i + 1 == p.gen) break;
+    const auto ts = Clock::now();
     if (p.full_recompute) {
       fwd.Reset();
       prefill(r.full, false);
     } else {
       fwd.Run(&next, 1, false, logits.data(), nullptr);
     }
+    r.token_seconds.push_back(since(ts));
   }
   r.decode_seconds = p.gen > 1 ? since(t1) : 0.0;
   r.seconds_per_token = p.gen > 1 ? r.decode_seconds / static_cast<double>(p.gen - 1) : r.prefill_seconds;

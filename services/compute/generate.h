@@ -29,7 +29,11 @@ struct GreedyHooks {
 struct GreedyResult {
   std::vector<int32_t> generated, full;
   double prefill_seconds = 0, decode_seconds = 0, seconds_per_token = 0;
+  std::vector<double> token_seconds;  // wall time of each decode step (gen - 1 of them)
 };
+
+// Median of per-step times (0 for none).
+double Median(std::vector<double> v);
 
 // Strict argmax: ties keep the lowest id.
 int32_t Argmax(const float* v, int64_t n);

@@ -1,10 +1,13 @@
 // OpenMP wait policy of k3-compute. libgomp's default lets idle threads spin for a while at
 // every barrier and between parallel regions. A decode step runs hundreds of short regions
 // with serial code between them; on a machine whose cores are shared (other processes, the
-// pipeline's own I/O threads) the spinning thread steals the core the working thread needs:
-// measured on the 2-core benchmark machine, 2.0 s/token spinning vs 0.75 s/token passive
-// (docs/benchmarks.md). libgomp reads OMP_WAIT_POLICY only when it is loaded, so when the
-// user has not chosen a policy the process re-executes itself once with "passive".
+// pipeline's own I/O threads) a long spin steals the core the working thread needs: measured
+// on the 2-core benchmark machine, 2.0 s/token spinning vs 0.75 s/token passive
+// (docs/benchmarks.md). Fully passive has its own cost: every region then starts with a futex
+// wake-up, measured at 25-65 us per region there (~250 regions per token). So when the user
+// has not chosen a policy: passive, plus a short spin (GOMP_SPINCOUNT=10000, about 0.2-0.4 ms
+// there) that covers the gaps inside a step and still sleeps through I/O waits. libgomp reads
+// these only when it is loaded, so the process re-executes itself once.
 #pragma once
 #include <unistd.h>
 
@@ -19,6 +22,7 @@ namespace k3::compute {
 inline void EnsureOmpWaitPolicy() {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;  // the user's choice (or done already)
   if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  if (std::getenv("GOMP_SPINCOUNT") == nullptr && ::setenv("GOMP_SPINCOUNT", "10000", 1) != 0) return;
   // The original argv, NUL-separated; on any failure keep running with the default policy.
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
   if (!f) return;

@@ -134,6 +134,8 @@ int RunStandalone(const StandaloneOptions& opt) {
                         {"seconds_per_token", spt},
                         {"prefill_seconds", prefill_s},
                         {"decode_seconds", decode_s},
+                        {"token_seconds", res.token_seconds},
+                        {"median_token_seconds", Median(res.token_seconds)},
                         {"threads", threads},
                         {"isa", kern::ActiveIsa()},
                         {"layers", cfg.num_layers}};
