@@ -74,4 +74,12 @@ std::string FormatBytes(uint64_t bytes) {
 
 double MBps(uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0; }
 
+void AddWeightServiceFlags(CLI::App& app, WeightServiceFlags& f) {
+  app.add_option("--model", f.model, "checkpoint directory")->required();
+  app.add_option("--control", f.control, "launcher control endpoint")->required();
+  app.add_option("--bind", f.bind, "endpoint this service binds (ROUTER)")->required();
+  app.add_option("--io", f.io, "backend: direct|pread|uring|mmap");
+  app.add_option("--inflight", f.inflight, "reads in flight")->check(CLI::Range(1, 1024));
+}
+
 }  // namespace k3::svc

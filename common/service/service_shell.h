@@ -4,8 +4,10 @@
 //
 // Thread-safety: ControlLink is used from the service thread only; the signal flag is atomic.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <zmq.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <iostream>
@@ -45,6 +47,9 @@ class ControlLink {
   bool shutdown_ = false;
 };
 
+using ipc::Clock;
+inline double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
 std::string FormatBytes(uint64_t bytes);  // "1.2 GiB", "850.0 MiB", "12 KiB", "17 B"
 double MBps(uint64_t bytes, double seconds);  // 1e6-byte megabytes per second (0 when no time)
 
@@ -72,6 +77,32 @@ int RunServiceLifecycle(const char* binary, ControlLink& ctl, Args&&... args) {
     ctl.Dead(kExitRuntime, e.what());
     return kExitRuntime;
   }
+}
+
+// The flags every weight service takes; a service's own Flags derive from this.
+struct WeightServiceFlags {
+  std::string model, control, bind, io = "pread";
+  int inflight = 4;
+};
+
+// Registers --model, --control and --bind (required), --io and --inflight on `app`.
+void AddWeightServiceFlags(CLI::App& app, WeightServiceFlags& f);
+
+// The main() of a weight service: parses `app` (help: exit 0; bad flags: exit 2, the usage
+// code), installs the stop signals, connects to the launcher as `service` and runs the
+// lifecycle with Service(flags, ctx, ctl).
+template <class Service, class Flags>
+int RunWeightService(CLI::App& app, int argc, char** argv, const Flags& f, const char* binary,
+                     const char* service) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  InstallStopSignals();
+  zmq::context_t ctx;
+  ControlLink ctl(ctx, f.control, service);
+  return RunServiceLifecycle<Service>(binary, ctl, f, ctx, ctl);
 }
 
 }  // namespace k3::svc

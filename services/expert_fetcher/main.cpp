@@ -34,13 +34,10 @@ using ipc::Clock;
 namespace x = ipc::experts;
 constexpr const char* kService = "expert-fetcher";
 
-struct Flags {
-  std::string model, control, bind, arena, io = "pread", dump_dir;
-  int inflight = 4;
+struct Flags : WeightServiceFlags {
+  std::string arena, dump_dir;
   bool warm = false;  // read every expert ahead (the plan gave every expert a slot)
 };
-
-double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Waiter {
   std::string identity;
@@ -318,23 +315,11 @@ class ExpertFetcher {
 int RunMain(int argc, char** argv) {
   Flags f;
   CLI::App app{"k3-expert-fetcher: routed experts into the shared expert arena (LRU)"};
-  app.add_option("--model", f.model, "checkpoint directory")->required();
-  app.add_option("--control", f.control, "launcher control endpoint")->required();
-  app.add_option("--bind", f.bind, "endpoint this service binds (ROUTER)")->required();
+  AddWeightServiceFlags(app, f);
   app.add_option("--arena", f.arena, "shm name of the experts arena")->required();
-  app.add_option("--io", f.io, "backend: direct|pread|uring|mmap");
-  app.add_option("--inflight", f.inflight, "reads in flight")->check(CLI::Range(1, 1024));
   app.add_option("--dump-cache-trace", f.dump_dir, "write expert_hist.json and expert_trace.bin into DIR at exit");
   app.add_flag("--warm", f.warm, "read every expert ahead when every expert has a slot");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
-  }
-  InstallStopSignals();
-  zmq::context_t ctx;
-  ControlLink ctl(ctx, f.control, kService);
-  return RunServiceLifecycle<ExpertFetcher>("k3-expert-fetcher", ctl, f, ctx, ctl);
+  return RunWeightService<ExpertFetcher>(app, argc, argv, f, "k3-expert-fetcher", kService);
 }
 
 }  // namespace

@@ -34,14 +34,11 @@ using ipc::Clock;
 namespace w = ipc::weights;
 constexpr const char* kService = "trunk-reader";
 
-struct Flags {
-  std::string model, control, bind, pinned_arena, ring_arena, pin, io = "pread";
+struct Flags : WeightServiceFlags {
+  std::string pinned_arena, ring_arena, pin;
   std::string embed_arena;     // set: the embedding is not resident; rows are served on request
   bool stream_lm_head = false;  // lm_head streams through the ring in row chunks
-  int inflight = 4;
 };
-
-double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 class TrunkReader {
  public:
@@ -319,25 +316,13 @@ class TrunkReader {
 int Run(int argc, char** argv) {
   Flags f;
   CLI::App app{"k3-trunk-reader: pinned + streamed trunk layers into shared memory"};
-  app.add_option("--model", f.model, "checkpoint directory")->required();
-  app.add_option("--control", f.control, "launcher control endpoint")->required();
-  app.add_option("--bind", f.bind, "endpoint this service binds (ROUTER)")->required();
+  AddWeightServiceFlags(app, f);
   app.add_option("--pinned-arena", f.pinned_arena, "shm name of trunk-pinned")->required();
   app.add_option("--ring-arena", f.ring_arena, "shm name of trunk-ring")->required();
   app.add_option("--pin", f.pin, "comma-separated layers to pin (globals always pinned)");
-  app.add_option("--io", f.io, "backend: direct|pread|uring|mmap");
-  app.add_option("--inflight", f.inflight, "reads in flight")->check(CLI::Range(1, 1024));
   app.add_flag("--stream-lm-head", f.stream_lm_head, "stream lm_head through the ring in row chunks");
   app.add_option("--embed-arena", f.embed_arena, "shm name of embed-window (embedding not resident)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
-  }
-  InstallStopSignals();
-  zmq::context_t ctx;
-  ControlLink ctl(ctx, f.control, kService);
-  return RunServiceLifecycle<TrunkReader>("k3-trunk-reader", ctl, f, ctx, ctl);
+  return RunWeightService<TrunkReader>(app, argc, argv, f, "k3-trunk-reader", kService);
 }
 
 }  // namespace

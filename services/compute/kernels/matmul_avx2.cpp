@@ -22,76 +22,37 @@ inline float HSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-inline __m256 Load8(const float* w) { return _mm256_loadu_ps(w); }
-
-// NR rows x NT tokens of an f32 product (bf16: Bf16Block below). Each output owns two 8-lane accumulators fed by
-// 16-column steps (lanes 0-7 and 8-15 of the step). This runs the steps over [c0, c1),
-// starting from the accumulators saved in `st` ([NR][NT][2]; nullptr = start from zero).
-// With `last`, it then runs the tail (zero-padded copies, so the tail uses the same lanes) and
-// reduces into y; otherwise it saves the accumulators back, which is exact, so splitting the
-// columns into chunks does not change the result. w points at row r, x at token t,
-// y at Y[t*rows + r].
-template <typename WT, int NR, int NT>
-void DenseBlock(const WT* w, const float* x, int64_t cols, int64_t c0, int64_t c1, __m256* st,
-                bool last, float* y, int64_t rows) {
-  __m256 a0[NR][NT], a1[NR][NT];
-  for (int i = 0; i < NR; ++i) {
-    for (int j = 0; j < NT; ++j) {
-      a0[i][j] = st ? st[(i * NT + j) * 2] : _mm256_setzero_ps();
-      a1[i][j] = st ? st[(i * NT + j) * 2 + 1] : _mm256_setzero_ps();
-    }
+// Weight formats of the dense body. Load16 turns 16 weights of one row into the two 8-lane
+// vectors that a 16-column step multiplies with x[c, c+8) and x[c+8, c+16) of the format's x
+// layout; TailX copies the x of the short last block into a zero-padded 16-float array.
+struct F32W {
+  using Elem = float;
+  static void Load16(const float* w, __m256& a, __m256& b) {
+    a = _mm256_loadu_ps(w);
+    b = _mm256_loadu_ps(w + 8);
   }
-  for (int64_t c = c0; c < c1; c += 16) {
-    for (int i = 0; i < NR; ++i) {
-      const __m256 w0 = Load8(w + i * cols + c);
-      const __m256 w1 = Load8(w + i * cols + c + 8);
-      for (int j = 0; j < NT; ++j) {
-        a0[i][j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + j * cols + c), a0[i][j]);
-        a1[i][j] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + j * cols + c + 8), a1[i][j]);
-      }
-    }
+  static void TailX(const float* x, int64_t n, float* out) {  // plain x: n valid columns
+    for (int64_t k = 0; k < 16; ++k) out[k] = k < n ? x[k] : 0.0f;
   }
-  if (!last) {
-    for (int i = 0; i < NR; ++i) {
-      for (int j = 0; j < NT; ++j) {
-        st[(i * NT + j) * 2] = a0[i][j];
-        st[(i * NT + j) * 2 + 1] = a1[i][j];
-      }
-    }
-    return;
-  }
-  if (c1 < cols) {
-    const int64_t n = cols - c1;
-    alignas(32) float xt[NT][16] = {};
-    for (int j = 0; j < NT; ++j) {
-      for (int64_t k = 0; k < n; ++k) xt[j][k] = x[j * cols + c1 + k];
-    }
-    for (int i = 0; i < NR; ++i) {
-      alignas(32) WT wt[16] = {};
-      for (int64_t k = 0; k < n; ++k) wt[k] = w[i * cols + c1 + k];
-      const __m256 w0 = Load8(wt);
-      const __m256 w1 = Load8(wt + 8);
-      for (int j = 0; j < NT; ++j) {
-        a0[i][j] = _mm256_fmadd_ps(w0, _mm256_load_ps(xt[j]), a0[i][j]);
-        a1[i][j] = _mm256_fmadd_ps(w1, _mm256_load_ps(xt[j] + 8), a1[i][j]);
-      }
-    }
-  }
-  for (int i = 0; i < NR; ++i) {
-    for (int j = 0; j < NT; ++j) y[j * rows + i] = HSum(_mm256_add_ps(a0[i][j], a1[i][j]));
-  }
-}
+};
 
 // 16 bf16 weights in one 256-bit load -> f32 (exact). 32-bit lane k holds w[2k] in its low
 // half and w[2k+1] in its high half, so one shift gives the even elements and one AND the odd
-// ones: two cheap ops per 16 weights instead of two vpmovzxwd + two shifts.
-inline void SplitBf16(const uint16_t* w, __m256i hi_mask, __m256& even, __m256& odd) {
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-  even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  odd = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
-}
+// ones: two cheap ops per 16 weights instead of two vpmovzxwd + two shifts. x is split to
+// match (SplitX), with the last block already zero-padded.
+struct Bf16W {
+  using Elem = uint16_t;
+  static void Load16(const uint16_t* w, __m256& even, __m256& odd) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(-65536)));  // 0xFFFF0000
+  }
+  static void TailX(const float* x, int64_t, float* out) {
+    for (int64_t k = 0; k < 16; ++k) out[k] = x[k];
+  }
+};
 
-// x in the lane order of SplitBf16: per 16-column block, x[0,2,..,14] then x[1,3,..,15]; the
+// x in the lane order of Bf16W: per 16-column block, x[0,2,..,14] then x[1,3,..,15]; the
 // tail block is zero-padded. Rows of `out` are Bf16XStride(cols) apart.
 void SplitX(const float* x, int64_t T, int64_t cols, float* out) {
   const int64_t stride = Bf16XStride(cols);
@@ -107,13 +68,16 @@ void SplitX(const float* x, int64_t T, int64_t cols, float* out) {
   }
 }
 
-// DenseBlock for bf16 weights against split x (token j at xs + j*xstride): accumulator 0 takes
-// the even columns of each 16-column step, accumulator 1 the odd ones. Same chunking and
-// state-saving rules as DenseBlock; the tail uses a zero-padded copy of the weights.
-template <int NR, int NT>
-void Bf16Block(const uint16_t* w, const float* xs, int64_t cols, int64_t xstride, int64_t c0,
-               int64_t c1, __m256* st, bool last, float* y, int64_t rows) {
-  const __m256i hi_mask = _mm256_set1_epi32(-65536);  // 0xFFFF0000
+// NR rows x NT tokens of a dense product in weight format W. Each output owns two 8-lane
+// accumulators fed by 16-column steps (the two vectors of W::Load16). This runs the steps over
+// [c0, c1), starting from the accumulators saved in `st` ([NR][NT][2]; nullptr = start from
+// zero). With `last`, it then runs the tail (zero-padded copies, so the tail uses the same
+// lanes) and reduces into y; otherwise it saves the accumulators back, which is exact, so
+// splitting the columns into chunks does not change the result. w points at row r, token j's x
+// at x + j*xstride, y at Y[t*rows + r].
+template <class W, int NR, int NT>
+void DotBlock(const typename W::Elem* w, const float* x, int64_t cols, int64_t xstride, int64_t c0,
+              int64_t c1, __m256* st, bool last, float* y, int64_t rows) {
   __m256 a0[NR][NT], a1[NR][NT];
   for (int i = 0; i < NR; ++i) {
     for (int j = 0; j < NT; ++j) {
@@ -123,11 +87,11 @@ void Bf16Block(const uint16_t* w, const float* xs, int64_t cols, int64_t xstride
   }
   for (int64_t c = c0; c < c1; c += 16) {
     for (int i = 0; i < NR; ++i) {
-      __m256 we, wo;
-      SplitBf16(w + i * cols + c, hi_mask, we, wo);
+      __m256 wa, wb;
+      W::Load16(w + i * cols + c, wa, wb);
       for (int j = 0; j < NT; ++j) {
-        a0[i][j] = _mm256_fmadd_ps(we, _mm256_loadu_ps(xs + j * xstride + c), a0[i][j]);
-        a1[i][j] = _mm256_fmadd_ps(wo, _mm256_loadu_ps(xs + j * xstride + c + 8), a1[i][j]);
+        a0[i][j] = _mm256_fmadd_ps(wa, _mm256_loadu_ps(x + j * xstride + c), a0[i][j]);
+        a1[i][j] = _mm256_fmadd_ps(wb, _mm256_loadu_ps(x + j * xstride + c + 8), a1[i][j]);
       }
     }
   }
@@ -142,14 +106,16 @@ void Bf16Block(const uint16_t* w, const float* xs, int64_t cols, int64_t xstride
   }
   if (c1 < cols) {
     const int64_t n = cols - c1;
+    alignas(32) float xt[NT][16];
+    for (int j = 0; j < NT; ++j) W::TailX(x + j * xstride + c1, n, xt[j]);
     for (int i = 0; i < NR; ++i) {
-      alignas(32) uint16_t wt[16] = {};
+      alignas(32) typename W::Elem wt[16] = {};
       for (int64_t k = 0; k < n; ++k) wt[k] = w[i * cols + c1 + k];
-      __m256 we, wo;
-      SplitBf16(wt, hi_mask, we, wo);
+      __m256 wa, wb;
+      W::Load16(wt, wa, wb);
       for (int j = 0; j < NT; ++j) {
-        a0[i][j] = _mm256_fmadd_ps(we, _mm256_loadu_ps(xs + j * xstride + c1), a0[i][j]);
-        a1[i][j] = _mm256_fmadd_ps(wo, _mm256_loadu_ps(xs + j * xstride + c1 + 8), a1[i][j]);
+        a0[i][j] = _mm256_fmadd_ps(wa, _mm256_load_ps(xt[j]), a0[i][j]);
+        a1[i][j] = _mm256_fmadd_ps(wb, _mm256_load_ps(xt[j] + 8), a1[i][j]);
       }
     }
   }
@@ -158,23 +124,24 @@ void Bf16Block(const uint16_t* w, const float* xs, int64_t cols, int64_t xstride
   }
 }
 
+// Rows [r0, r1) of a dense product in format W (token t's x at x + t*xstride).
+// One token: eight rows share each x load and keep eight weight streams in flight (the large
+// matrices are memory-bound; measured faster than four rows, docs/benchmarks.md).
 // Several tokens: x for a chunk of kTokChunk tokens and kColChunk columns (16 KB) stays in L1
 // while every row of the block passes over it; the row block's weights stay in L2 across token
 // chunks. Partial accumulators live in `st` between column chunks.
 constexpr int64_t kColChunk = 512;
 constexpr int64_t kTokChunk = 8;
 
-template <typename WT>
-void DenseRows(const WT* w, int64_t r0, int64_t r1, int64_t cols, const float* x, int64_t T,
-               float* y, int64_t rows) {
+template <class W>
+void DotRows(const typename W::Elem* w, int64_t r0, int64_t r1, int64_t cols, const float* x,
+             int64_t xstride, int64_t T, float* y, int64_t rows) {
   const int64_t cols16 = cols - cols % 16;
   if (T == 1) {
-    // One token: interleave four rows so eight FMA chains hide the FMA latency.
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
-      DenseBlock<WT, 4, 1>(w + r * cols, x, cols, 0, cols16, nullptr, true, y + r, rows);
-    }
-    for (; r < r1; ++r) DenseBlock<WT, 1, 1>(w + r * cols, x, cols, 0, cols16, nullptr, true, y + r, rows);
+    for (; r + 8 <= r1; r += 8) DotBlock<W, 8, 1>(w + r * cols, x, cols, xstride, 0, cols16, nullptr, true, y + r, rows);
+    for (; r + 4 <= r1; r += 4) DotBlock<W, 4, 1>(w + r * cols, x, cols, xstride, 0, cols16, nullptr, true, y + r, rows);
+    for (; r < r1; ++r) DotBlock<W, 1, 1>(w + r * cols, x, cols, xstride, 0, cols16, nullptr, true, y + r, rows);
     return;
   }
   __m256 st[kRowBlock * kTokChunk * 2];
@@ -185,60 +152,16 @@ void DenseRows(const WT* w, int64_t r0, int64_t r1, int64_t cols, const float* x
       const int64_t c1 = Min(cols16, c0 + kColChunk);
       const bool last = c1 >= cols16;
       for (int64_t r = r0; r < r1; ++r) {
-        const WT* wr = w + r * cols;
+        const typename W::Elem* wr = w + r * cols;
         for (int64_t t = tc; t < tend; t += 4) {
-          const float* xt = x + t * cols;
+          const float* xt = x + t * xstride;
           float* yt = y + t * rows + r;
           __m256* s = st + ((r - r0) * kTokChunk + (t - tc)) * 2;
           switch (Min(4, tend - t)) {
-            case 4: DenseBlock<WT, 1, 4>(wr, xt, cols, c0, c1, s, last, yt, rows); break;
-            case 3: DenseBlock<WT, 1, 3>(wr, xt, cols, c0, c1, s, last, yt, rows); break;
-            case 2: DenseBlock<WT, 1, 2>(wr, xt, cols, c0, c1, s, last, yt, rows); break;
-            default: DenseBlock<WT, 1, 1>(wr, xt, cols, c0, c1, s, last, yt, rows); break;
-          }
-        }
-      }
-      if (last) break;
-    }
-  }
-}
-
-// DenseRows for bf16 weights and split x: the same row/token/column blocking.
-void Bf16Rows(const uint16_t* w, int64_t r0, int64_t r1, int64_t cols, const float* xs, int64_t T,
-              float* y, int64_t rows) {
-  const int64_t cols16 = cols - cols % 16;
-  const int64_t xstride = Bf16XStride(cols);
-  if (T == 1) {
-    // One token: eight rows share each x load and keep eight weight streams in flight (the
-    // large matrices are memory-bound; measured faster than four rows, docs/benchmarks.md).
-    int64_t r = r0;
-    for (; r + 8 <= r1; r += 8) {
-      Bf16Block<8, 1>(w + r * cols, xs, cols, xstride, 0, cols16, nullptr, true, y + r, rows);
-    }
-    for (; r + 4 <= r1; r += 4) {
-      Bf16Block<4, 1>(w + r * cols, xs, cols, xstride, 0, cols16, nullptr, true, y + r, rows);
-    }
-    for (; r < r1; ++r) Bf16Block<1, 1>(w + r * cols, xs, cols, xstride, 0, cols16, nullptr, true, y + r, rows);
-    return;
-  }
-  __m256 st[kRowBlock * kTokChunk * 2];
-  for (int64_t tc = 0; tc < T; tc += kTokChunk) {
-    const int64_t tend = Min(T, tc + kTokChunk);
-    for (auto& v : st) v = _mm256_setzero_ps();
-    for (int64_t c0 = 0;; c0 += kColChunk) {
-      const int64_t c1 = Min(cols16, c0 + kColChunk);
-      const bool last = c1 >= cols16;
-      for (int64_t r = r0; r < r1; ++r) {
-        const uint16_t* wr = w + r * cols;
-        for (int64_t t = tc; t < tend; t += 4) {
-          const float* xt = xs + t * xstride;
-          float* yt = y + t * rows + r;
-          __m256* s = st + ((r - r0) * kTokChunk + (t - tc)) * 2;
-          switch (Min(4, tend - t)) {
-            case 4: Bf16Block<1, 4>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
-            case 3: Bf16Block<1, 3>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
-            case 2: Bf16Block<1, 2>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
-            default: Bf16Block<1, 1>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
+            case 4: DotBlock<W, 1, 4>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
+            case 3: DotBlock<W, 1, 3>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
+            case 2: DotBlock<W, 1, 2>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
+            default: DotBlock<W, 1, 1>(wr, xt, cols, xstride, c0, c1, s, last, yt, rows); break;
           }
         }
       }
@@ -341,7 +264,7 @@ inline void GroupAccumulate(const uint8_t* pr, int64_t g, int64_t cols, int64_t 
 // group's sum, times its scale, goes into one of two running accumulators (even/odd group, to
 // hide the FMA latency); the loop is unrolled by two so both stay in registers. Decoding is
 // shared by the NT tokens. Accumulators start from / are saved to `st` ([NT][2], nullptr =
-// start from zero) exactly as in DenseBlock; with `last` the result is reduced into y.
+// start from zero) exactly as in DotBlock; with `last` the result is reduced into y.
 template <int NT, bool kGroup32>
 void Mxfp4Block(const uint8_t* pr, const uint8_t* sr, int64_t cols, int64_t group,
                 const float* scale, const DecodeConsts& k, const float* x, int64_t g0, int64_t g1,
@@ -435,9 +358,9 @@ void DenseAvx2(const void* w, bool bf16, int64_t rows, int64_t cols, const float
   for (int64_t b = 0; b < nblocks; ++b) {
     const int64_t r0 = b * kRowBlock, r1 = Min(rows, r0 + kRowBlock);
     if (bf16) {
-      Bf16Rows(static_cast<const uint16_t*>(w), r0, r1, cols, x_split, T, y, rows);
+      DotRows<Bf16W>(static_cast<const uint16_t*>(w), r0, r1, cols, x_split, Bf16XStride(cols), T, y, rows);
     } else {
-      DenseRows(static_cast<const float*>(w), r0, r1, cols, x, T, y, rows);
+      DotRows<F32W>(static_cast<const float*>(w), r0, r1, cols, x, cols, T, y, rows);
     }
   }
 }
@@ -469,7 +392,7 @@ void Mxfp4Avx2(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64
       }
       continue;
     }
-    // Several tokens: as in DenseRows, x for kTokChunk tokens and one column chunk stays in
+    // Several tokens: as in DotRows, x for kTokChunk tokens and one column chunk stays in
     // L1 while the block's rows pass over it.
     __m256 st[kRowBlock * kTokChunk * 2];
     for (int64_t tc = 0; tc < T; tc += kTokChunk) {
