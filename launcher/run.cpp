@@ -438,7 +438,8 @@ void Runner::WriteReport(const std::vector<int32_t>& ids) {
   // Hits and misses are the fetcher's (compute cannot tell them apart).
   const double hits = std::max(0.0, stat("expert-fetcher", "hits"));
   const double misses = std::max(0.0, stat("expert-fetcher", "misses"));
-  const double waits = std::max(0.0, stat("compute", "trunk_wait_seconds")) + std::max(0.0, stat("compute", "expert_wait_seconds"));
+  // Waits while this request ran (the run_ counters; start-up waits before Generate excluded).
+  const double waits = std::max(0.0, stat("compute", "run_trunk_wait_seconds")) + std::max(0.0, stat("compute", "run_expert_wait_seconds"));
   nlohmann::json r;
   r["prompt_ids"] = ids;
   r["generated_ids"] = generated_;

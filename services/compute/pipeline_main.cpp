@@ -66,6 +66,7 @@ void ComputeService::Serve(const ipc::compute::Generate& g, const std::string&) 
   for (int32_t id : g.ids)
     if (id < 0 || id >= cfg_.vocab_size) throw BadInput("prompt id " + std::to_string(id) + " outside the vocabulary");
   fwd_->Reset();
+  const PipelineCounters at_start = counters_;  // waits before this request (start-up) excluded below
   GreedyParams p;
   p.ids = g.ids;
   p.gen = std::max(0, g.gen);
@@ -91,6 +92,8 @@ void ComputeService::Serve(const ipc::compute::Generate& g, const std::string&) 
                                  "compute",
                                  {S("trunk_wait_seconds", c.trunk_wait_seconds),
                                   S("expert_wait_seconds", c.expert_wait_seconds),
+                                  S("run_trunk_wait_seconds", c.trunk_wait_seconds - at_start.trunk_wait_seconds),
+                                  S("run_expert_wait_seconds", c.expert_wait_seconds - at_start.expert_wait_seconds),
                                   S("decode_trunk_wait_seconds", c.trunk_wait_seconds - at_prefill.trunk_wait_seconds),
                                   S("decode_expert_wait_seconds", c.expert_wait_seconds - at_prefill.expert_wait_seconds),
                                   S("decode_steps", std::max(0.0, static_cast<double>(r.generated.size()) - 1)),

@@ -157,6 +157,14 @@ class PipelineTest(unittest.TestCase):
         for key in ("seconds_per_token", "trunk_bytes_per_token", "expert_bytes_per_token",
                     "expert_hit_rate", "io_share", "peak_memory", "peak_memory_total_bytes"):
             self.assertIn(key, rep)
+        # A share of the run: waits before the request (start-up) are not counted.
+        self.assertGreaterEqual(rep["io_share"], 0.0)
+        self.assertLessEqual(rep["io_share"], 1.0)
+        steps = rep["token_seconds"]
+        self.assertEqual(len(steps), len(self.expected) - 1)
+        self.assertTrue(all(s > 0 for s in steps))
+        self.assertAlmostEqual(rep["median_token_seconds"], sorted(steps)[len(steps) // 2] if len(steps) % 2
+                               else (sorted(steps)[len(steps) // 2 - 1] + sorted(steps)[len(steps) // 2]) / 2)
         for svc in ("compute", "trunk-reader", "expert-fetcher"):
             self.assertGreater(rep["peak_memory"][svc]["vm_hwm_bytes"], 0)
         return rep
