@@ -19,6 +19,7 @@
 #include "common/ipc/slot_table.h"
 #include "common/ipc/zmq_channel.h"
 #include "launcher/tokenizer_client.h"
+#include "common/median.h"
 #include "proc_stats.h"
 #include "supervisor.h"
 
@@ -454,12 +455,7 @@ void Runner::WriteReport(const std::vector<int32_t>& ids) {
   for (size_t i = 1; i < token_arrivals_.size(); ++i)
     step_s.push_back(std::chrono::duration<double>(token_arrivals_[i] - token_arrivals_[i - 1]).count());
   r["token_seconds"] = step_s;
-  if (!step_s.empty()) {
-    std::vector<double> sorted = step_s;
-    std::sort(sorted.begin(), sorted.end());
-    const size_t n = sorted.size();
-    r["median_token_seconds"] = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  }
+  if (!step_s.empty()) r["median_token_seconds"] = Median(step_s);
   r["run_seconds"] = run_seconds_;
   r["trunk_bytes_read"] = trunk_bytes;
   r["expert_bytes_read"] = expert_bytes;

@@ -74,6 +74,19 @@ std::string FormatBytes(uint64_t bytes) {
 
 double MBps(uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0; }
 
+bool WaitForWork(ControlLink& ctl, std::initializer_list<zmq::socket_ref> sockets,
+                 std::chrono::milliseconds timeout) {
+  std::vector<zmq::pollitem_t> items;
+  for (zmq::socket_ref s : sockets) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+  items.push_back({ctl.socket().handle(), 0, ZMQ_POLLIN, 0});
+  try {
+    zmq::poll(items, timeout);
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
+  }
+  return !StopRequested() && !ctl.ShutdownReceived();
+}
+
 void AddWeightServiceFlags(CLI::App& app, WeightServiceFlags& f) {
   app.add_option("--model", f.model, "checkpoint directory")->required();
   app.add_option("--control", f.control, "launcher control endpoint")->required();

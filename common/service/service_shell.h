@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <initializer_list>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -49,6 +50,12 @@ class ControlLink {
 
 using ipc::Clock;
 inline double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// One wait of a service loop: polls `sockets` and the control link for up to `timeout` (a
+// signal interrupting the poll counts as a wake-up). False once a stop signal or a Shutdown has
+// arrived, true when the caller should look at its sockets.
+bool WaitForWork(ControlLink& ctl, std::initializer_list<zmq::socket_ref> sockets,
+                 std::chrono::milliseconds timeout);
 
 std::string FormatBytes(uint64_t bytes);  // "1.2 GiB", "850.0 MiB", "12 KiB", "17 B"
 double MBps(uint64_t bytes, double seconds);  // 1e6-byte megabytes per second (0 when no time)

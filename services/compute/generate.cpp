@@ -12,13 +12,6 @@ int32_t Argmax(const float* v, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const GreedyHooks& hooks) {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };

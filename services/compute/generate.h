@@ -32,9 +32,6 @@ struct GreedyResult {
   std::vector<double> token_seconds;  // wall time of each decode step (gen - 1 of them)
 };
 
-// Median of per-step times (0 for none).
-double Median(std::vector<double> v);
-
 // Strict argmax: ties keep the lowest id.
 int32_t Argmax(const float* v, int64_t n);
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../common/error.h"
+#include "../../common/median.h"
 #include "forward.h"
 #include "generate.h"
 #include "mmap_source.h"
@@ -135,7 +136,7 @@ int RunStandalone(const StandaloneOptions& opt) {
                         {"prefill_seconds", prefill_s},
                         {"decode_seconds", decode_s},
                         {"token_seconds", res.token_seconds},
-                        {"median_token_seconds", Median(res.token_seconds)},
+                        {"median_token_seconds", k3::Median(res.token_seconds)},
                         {"threads", threads},
                         {"isa", kern::ActiveIsa()},
                         {"layers", cfg.num_layers}};

@@ -107,15 +107,7 @@ class ExpertFetcher {
 
   void Serve() {
     for (;;) {
-      zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0},
-                                 {worker_->notifier().handle(), 0, ZMQ_POLLIN, 0},
-                                 {ctl_.socket().handle(), 0, ZMQ_POLLIN, 0}};
-      try {
-        zmq::poll(items, 3, std::chrono::milliseconds(100));
-      } catch (const zmq::error_t& e) {
-        if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
-      }
-      if (StopRequested() || ctl_.ShutdownReceived()) return;
+      if (!WaitForWork(ctl_, {*router_, worker_->notifier()}, std::chrono::milliseconds(100))) return;
       OnCompletions();
       while (auto m = ipc::ReceiveVerified(*router_, true, ipc::DecodeExperts, Clock::now(), rejects_)) {
         const std::string id = m->identity;

@@ -32,13 +32,7 @@ void ServeLoop(const Tokenizer& tok, svc::ControlLink& ctl, zmq::socket_t& sock)
         {"busy_seconds", busy},
         {"rejected_messages", static_cast<double>(rejects.rejected + c.rejected + ctl.rejects().rejected)}};
   };
-  while (!svc::StopRequested() && !ctl.ShutdownReceived()) {
-    zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}, {ctl.socket().handle(), 0, ZMQ_POLLIN, 0}};
-    try {
-      zmq::poll(items, 2, std::chrono::milliseconds(200));
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
-    }
+  while (svc::WaitForWork(ctl, {sock}, std::chrono::milliseconds(200))) {
     while (auto r = ipc::ReceiveVerified(sock, true, ipc::DecodeTokenizer, Clock::now(), rejects)) {
       const auto h0 = Clock::now();
       std::optional<ipc::tokenizer::Message> reply = core.Handle(r->message);

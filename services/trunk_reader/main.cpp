@@ -101,15 +101,7 @@ class TrunkReader {
   void Serve() {
     t_serve_ = Clock::now();
     for (;;) {
-      zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0},
-                                 {worker_->notifier().handle(), 0, ZMQ_POLLIN, 0},
-                                 {ctl_.socket().handle(), 0, ZMQ_POLLIN, 0}};
-      try {
-        zmq::poll(items, 3, std::chrono::milliseconds(100));
-      } catch (const zmq::error_t& e) {
-        if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
-      }
-      if (StopRequested() || ctl_.ShutdownReceived()) return;
+      if (!WaitForWork(ctl_, {*router_, worker_->notifier()}, std::chrono::milliseconds(100))) return;
       OnCompletions();
       while (auto m = ipc::ReceiveVerified(*router_, true, ipc::DecodeWeights, Clock::now(), rejects_)) {
         client_ = m->identity;

@@ -187,26 +187,24 @@ class TokenizerPipelineTest(unittest.TestCase):
         out, err = self.finish(p)
         self.check_text_run(out, err, p, rep_path)
 
-    def test_ids_with_tokenizer_print_ids_and_report_text(self):
-        rep_path = os.path.join(self.tmp, "ids.json")
-        p = self.launch(self.toml, ["--ids", ",".join(map(str, self.prompt_ids))], rep_path)
+    def run_ids(self, toml, report_name):
+        """Runs --ids with the prompt's ids; checks a clean exit and the printed ids, returns
+        the JSON report and stderr."""
+        rep_path = os.path.join(self.tmp, report_name)
+        p = self.launch(toml, ["--ids", ",".join(map(str, self.prompt_ids))], rep_path)
         out, err = self.finish(p)
         self.assertClean(p.pid)
         self.assertEqual(p.returncode, 0, err[-3000:])
         self.assertEqual([int(x) for x in out.split()], self.expected_ids)
         with open(rep_path) as f:
-            rep = json.load(f)
+            return json.load(f), err
+
+    def test_ids_with_tokenizer_print_ids_and_report_text(self):
+        rep, _ = self.run_ids(self.toml, "ids.json")
         self.assertTextEqual(rep["generated_text"], self.expected_text)
 
     def test_ids_without_tokenizer(self):
-        rep_path = os.path.join(self.tmp, "plain.json")
-        p = self.launch(self.toml_plain, ["--ids", ",".join(map(str, self.prompt_ids))], rep_path)
-        out, err = self.finish(p)
-        self.assertClean(p.pid)
-        self.assertEqual(p.returncode, 0, err[-3000:])
-        self.assertEqual([int(x) for x in out.split()], self.expected_ids)
-        with open(rep_path) as f:
-            rep = json.load(f)
+        rep, err = self.run_ids(self.toml_plain, "plain.json")
         self.assertNotIn("generated_text", rep)
         self.assertNotIn("tokenizer", rep["restarts"])
         self.assertNotIn("k3-tokenizer", err)
