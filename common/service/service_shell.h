@@ -1,4 +1,5 @@
-// Process-shell pieces shared by the trunk reader and the expert fetcher: stop signals, the
+// Process-shell pieces shared by the pipeline services (trunk reader, expert fetcher, tokenizer
+// serve): the weight services' common flags and main(), the service-loop wait, stop signals, the
 // control link to the launcher (Hello, Ready, Stats, Dead, Shutdown) and number formatting
 // for the progress and stats lines.
 //
