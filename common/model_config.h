@@ -48,6 +48,10 @@ struct ModelConfig {
   double routed_scaling_factor = 1.0;
   // MXFP4 group size from quantization_config (32 in the release)
   int64_t mxfp4_group = 32;
+  // A run option, not read from config.json: round the routed experts' inputs to bf16 before
+  // their MXFP4 products (--expert-inputs bf16), as the official bf16 reference feeds them.
+  // Default false: exact f32 inputs.
+  bool expert_inputs_bf16 = false;
   // special ids (top level, falling back to text_config)
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;

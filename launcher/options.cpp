@@ -55,6 +55,7 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "prefill_chunk") opt.prefill_chunk = integer();
     else if (k == "ring_slots") opt.ring_slots = static_cast<int>(integer());
     else if (k == "threads") opt.threads = static_cast<int>(integer());
+    else if (k == "expert_inputs") opt.expert_inputs = str();
     else if (k == "inflight") opt.inflight = static_cast<int>(integer());
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
     else if (k == "full_recompute") {
@@ -81,6 +82,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--out", cli.out, "JSON report");
   app.add_option("--dump-logits", cli.dump_logits, "float32 logits choosing the first token");
   app.add_option("--threads", cli.threads, "compute threads (default: all cores)");
+  app.add_option("--expert-inputs", cli.expert_inputs, "routed-expert inputs: f32 (exact) or bf16 (rounded, faster)");
   app.add_option("--context", cli.context, "context length the plan reserves");
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
@@ -117,6 +119,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--dump-logits")) opt.dump_logits = cli.dump_logits;
   if (given("--threads")) opt.threads = cli.threads;
   if (given("--context")) opt.context = cli.context;
+  if (given("--expert-inputs")) opt.expert_inputs = cli.expert_inputs;
   if (given("--inflight")) opt.inflight = cli.inflight;
   if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
   opt.dry_run = cli.dry_run;
@@ -126,6 +129,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (opt.gen < 0) throw UsageError("--gen must be >= 0");
   if (opt.threads < 0) throw UsageError("--threads must be >= 1");
   if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
+  if (opt.expert_inputs != "f32" && opt.expert_inputs != "bf16")
+    throw UsageError("--expert-inputs: '" + opt.expert_inputs + "' is not f32 or bf16");
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
     throw UsageError("--io: unknown backend '" + opt.io + "' (direct, pread, uring, mmap)");
   return opt;

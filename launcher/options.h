@@ -20,6 +20,7 @@ struct LaunchOptions {
   int64_t prefill_chunk = 64;
   int ring_slots = 2;
   int threads = 0;           // compute threads (0 = all cores)
+  std::string expert_inputs = "f32";  // routed-expert inputs: "f32" (exact) or "bf16"
   int inflight = 4;          // reads in flight per service (--inflight of the readers)
   std::string dump_cache_trace;  // directory for the fetcher's expert_hist.json + expert_trace.bin
   int64_t max_pinned_trunk = -1;

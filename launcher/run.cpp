@@ -150,6 +150,7 @@ void Runner::Spawn() {
                                 "ipc://" + run + "/experts", "--pinned-arena", pinned,
                                 "--ring-arena", ring, "--experts-arena", experts};
   if (opt_.threads > 0) c.insert(c.end(), {"--threads", std::to_string(opt_.threads)});
+  c.insert(c.end(), {"--expert-inputs", opt_.expert_inputs});
   if (!opt_.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt_.dump_logits});
   c.insert(c.end(), head_flags.begin(), head_flags.end());
   sup_.Add({"compute", c, false});
@@ -446,6 +447,7 @@ void Runner::WriteReport(const std::vector<int32_t>& ids) {
   r["generated_ids"] = generated_;
   if (tok_ && tok_->stream_done()) r["generated_text"] = tok_->text();
   if (tok_ && !tok_->failure().empty()) r["tokenizer_error"] = tok_->failure();
+  r["expert_inputs"] = opt_.expert_inputs;
   r["budget_bytes"] = plan_.budget;
   r["plan_total_bytes"] = plan_.total;
   r["seconds_per_token"] = done_ ? done_->seconds_per_token : 0.0;

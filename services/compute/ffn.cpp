@@ -22,6 +22,16 @@ void FfnForward(const ModelConfig& cfg, const FfnWeights& w, const float* x, int
   kern::Matmul(w.down, a.data(), T, out);
 }
 
+bool ExpertInputsBf16(const std::string& name) {
+  if (name == "f32") return false;
+  if (name == "bf16") return true;
+  throw UsageError("--expert-inputs must be f32 or bf16, not '" + name + "'");
+}
+
+const char* ExpertIsa(const ModelConfig& cfg) {
+  return cfg.expert_inputs_bf16 ? kern::ActiveMxfp4Bf16InIsa() : kern::ActiveIsa();
+}
+
 void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
                 const float* x, int64_t T, float* out, int32_t* topk_out) {
   const int64_t H = cfg.hidden_size, E = cfg.num_experts, K = cfg.top_k;
@@ -58,6 +68,7 @@ void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, Expe
   std::vector<float> yk(static_cast<size_t>(T * K * L));  // expert output per (token, rank)
   std::vector<float> X, A, B, Y;
   std::vector<char> done(static_cast<size_t>(E), 0);
+  const auto mxfp4 = cfg.expert_inputs_bf16 ? kern::MatmulMxfp4Bf16In : kern::MatmulMxfp4;
   for (size_t n = 0; n < wanted.size(); ++n) {
     const int32_t e = experts.NextReady(layer);
     // A source that hands out an unrequested or repeated expert would corrupt the sum.
@@ -74,12 +85,12 @@ void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, Expe
     Y.resize(static_cast<size_t>(R * L));
     for (int64_t r = 0; r < R; ++r)
       std::memcpy(X.data() + r * L, xl.data() + (rows[r] / K) * L, static_cast<size_t>(L) * 4);
-    kern::MatmulMxfp4(ew.w1, X.data(), R, A.data());
-    kern::MatmulMxfp4(ew.w3, X.data(), R, B.data());
+    mxfp4(ew.w1, X.data(), R, A.data());
+    mxfp4(ew.w3, X.data(), R, B.data());
     for (int64_t r = 0; r < R; ++r)
       SituGlu(A.data() + r * I, B.data() + r * I, I, cfg.situ_beta, cfg.situ_linear_beta,
               cfg.situ_linear_capped, A.data() + r * I);
-    kern::MatmulMxfp4(ew.w2, A.data(), R, Y.data());
+    mxfp4(ew.w2, A.data(), R, Y.data());
     experts.Release(layer, e);
     for (int64_t r = 0; r < R; ++r)
       std::memcpy(yk.data() + rows[r] * L, Y.data() + r * L, static_cast<size_t>(L) * 4);

@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
   app.add_flag("--tf-check", opt.tf_check, "teacher forcing: argmax at every prompt position");
   auto* eps_opt = app.add_option("--mla-norm-eps", mla_eps, "epsilon of the MLA latent norms");
   app.add_option("--out", opt.out, "JSON report");
+  app.add_option("--expert-inputs", opt.expert_inputs,
+                 "routed-expert inputs: f32 (exact, default) or bf16 (rounded, as the official reference)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   // Pipeline mode (spawned by k3-launch; docs/pipeline.md "Command lines").
   k3::compute::PipelineOptions pipe;
   bool pipeline = false;
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
     if (pipeline) {
       pipe.threads = opt.threads;
       pipe.dump_logits = opt.dump_logits;
+      pipe.expert_inputs = opt.expert_inputs;
       return k3::compute::RunComputePipeline(pipe);
     }
     if (opt.model_dir.empty())

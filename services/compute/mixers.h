@@ -3,6 +3,7 @@
 // arithmetic whatever T is, so chunked prefill equals token-by-token decoding bit for bit.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "sources.h"
 #include "state.h"
@@ -24,5 +25,10 @@ void FfnForward(const ModelConfig& cfg, const FfnWeights& w, const float* x, int
 // Stable LatentMoE (§3.8); topk_out[T][top_k] receives the selected experts (may be null).
 void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
                 const float* x, int64_t T, float* out, int32_t* topk_out);
+
+// --expert-inputs: "f32" -> false, "bf16" -> true (ModelConfig::expert_inputs_bf16); anything
+// else is a UsageError. ExpertIsa names the body the routed-expert products run on.
+bool ExpertInputsBf16(const std::string& name);
+const char* ExpertIsa(const ModelConfig& cfg);
 
 }  // namespace k3::compute

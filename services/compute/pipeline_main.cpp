@@ -13,6 +13,7 @@
 #include "common/ipc/zmq_channel.h"
 #include "forward.h"
 #include "generate.h"
+#include "mixers.h"
 #include "pipeline_sources.h"
 
 namespace k3::compute {
@@ -115,6 +116,7 @@ void ComputeService::Serve(const ipc::compute::Generate& g, const std::string&) 
 int ComputeService::Run() {
   omp_set_num_threads(opt_.threads > 0 ? opt_.threads : omp_get_num_procs());
   cfg_ = LoadModelConfig(opt_.model_dir + "/config.json");
+  cfg_.expert_inputs_bf16 = ExpertInputsBf16(opt_.expert_inputs);
   ck_ = std::make_unique<Checkpoint>(Checkpoint::Open(opt_.model_dir));
   const ipc::ShmArena pinned = ipc::ShmArena::Open(opt_.pinned_arena, false);
   const ipc::ShmArena ring = ipc::ShmArena::Open(opt_.ring_arena, false);
@@ -132,6 +134,8 @@ int ComputeService::Run() {
   globals_ = std::make_unique<GlobalWeights>(layers_->Globals());
   fwd_ = std::make_unique<Forward>(cfg_, *globals_, *layers_, *experts_src_, layers_.get());
   ipc::SendMessage(control_, ipc::Encode(ipc::control::Ready{"compute", {S("threads", omp_get_max_threads())}}));
+  std::fprintf(stderr, "[compute] %d threads, kernels %s, routed-expert inputs %s (%s)\n", omp_get_max_threads(),
+               kern::ActiveIsa(), opt_.expert_inputs.c_str(), ExpertIsa(cfg_));
 
   ipc::RejectCounter rejects;
   for (;;) {

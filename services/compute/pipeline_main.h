@@ -14,6 +14,7 @@ struct PipelineOptions {
   std::string embed_arena;      // set: embedding rows come through this window (not resident)
   bool stream_lm_head = false;  // lm_head comes through the ring in row chunks
   int threads = 0;
+  std::string expert_inputs = "f32";  // as in StandaloneOptions
   int resend_ms = 1000;  // LayerWant / ExpertRequest repeated after this long without an answer
 };
 

@@ -13,6 +13,7 @@
 #include "../../common/median.h"
 #include "forward.h"
 #include "generate.h"
+#include "mixers.h"
 #include "mmap_source.h"
 
 namespace k3::compute {
@@ -66,6 +67,7 @@ int RunStandalone(const StandaloneOptions& opt) {
 
   ModelConfig cfg = LoadModelConfig(opt.model_dir + "/config.json");
   if (opt.mla_norm_eps) cfg.mla_norm_eps = *opt.mla_norm_eps;
+  cfg.expert_inputs_bf16 = ExpertInputsBf16(opt.expert_inputs);
   for (int32_t id : opt.ids)
     if (id < 0 || id >= cfg.vocab_size)
       throw UsageError("--ids: id " + std::to_string(id) + " outside [0," +
@@ -73,6 +75,8 @@ int RunStandalone(const StandaloneOptions& opt) {
   const int threads = opt.threads > 0 ? opt.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
 
+  std::fprintf(stderr, "[compute] %d threads, kernels %s, routed-expert inputs %s (%s)\n", threads,
+               kern::ActiveIsa(), opt.expert_inputs.c_str(), ExpertIsa(cfg));
   std::fprintf(stderr, "[compute] loading %lld layers…", static_cast<long long>(cfg.num_layers));
   std::fflush(stderr);
   MappedCheckpoint ck(opt.model_dir);
@@ -139,6 +143,8 @@ int RunStandalone(const StandaloneOptions& opt) {
                         {"median_token_seconds", k3::Median(res.token_seconds)},
                         {"threads", threads},
                         {"isa", kern::ActiveIsa()},
+                        {"expert_inputs", opt.expert_inputs},
+                        {"expert_isa", ExpertIsa(cfg)},
                         {"layers", cfg.num_layers}};
     if (opt.tf_check) r["tf_pred"] = tf_pred;
     const std::string text = r.dump(1) + "\n";

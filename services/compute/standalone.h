@@ -19,6 +19,7 @@ struct StandaloneOptions {
   std::string dump_logits, dump_trace, out;
   bool tf_check = false;
   std::optional<double> mla_norm_eps;
+  std::string expert_inputs = "f32";  // "f32" (exact) or "bf16" (ModelConfig::expert_inputs_bf16)
 };
 
 // Parses "1,2,3" (throws UsageError on anything else).

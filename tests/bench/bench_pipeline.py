@@ -219,11 +219,11 @@ def choose_budgets(bins, toml, ckpt, w):
     return [("stream", stream), ("middle", (stream + hi) // 2), ("resident", hi)], floor
 
 
-def launch_once(bins, toml, ckpt, budget_mib, gen, io, out_json, drop, threads):
+def launch_once(bins, toml, ckpt, budget_mib, gen, io, out_json, drop, threads, expert_inputs="f32"):
     cold = drop_caches(drop)
     la = loadavg()
     cmd = [os.path.join(bins, "k3-launch"), toml, "--model", ckpt, "--budget", f"{budget_mib}M", "--ids", "1",
-           "--gen", str(gen), "--io", io, "--out", out_json]
+           "--gen", str(gen), "--io", io, "--out", out_json, "--expert-inputs", expert_inputs]
     if threads:
         cmd += ["--threads", str(threads)]
     p, wall = run(cmd)
@@ -233,9 +233,10 @@ def launch_once(bins, toml, ckpt, budget_mib, gen, io, out_json, drop, threads):
     return r
 
 
-def standalone_once(bins, ckpt, gen, out_json, threads):
+def standalone_once(bins, ckpt, gen, out_json, threads, expert_inputs="f32"):
     la = loadavg()
-    cmd = [os.path.join(bins, "k3-compute"), "--standalone", ckpt, "--ids", "1", "--gen", str(gen), "--out", out_json]
+    cmd = [os.path.join(bins, "k3-compute"), "--standalone", ckpt, "--ids", "1", "--gen", str(gen), "--out", out_json,
+           "--expert-inputs", expert_inputs]
     if threads:
         cmd += ["--threads", str(threads)]
     run(cmd)
@@ -307,6 +308,11 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--io", default="direct")
     ap.add_argument("--threads", type=int, default=0, help="compute threads (0 = the engine's default)")
+    ap.add_argument("--expert-inputs", choices=("f32", "bf16"), default="f32",
+                    help="routed-expert inputs of every run (k3-launch/k3-compute --expert-inputs)")
+    ap.add_argument("--also-bf16", action="store_true",
+                    help="each all-resident repeat also runs the pipeline with --expert-inputs bf16 "
+                         "(same bandwidth samples), reported as one more bound ratio")
     ap.add_argument("--no-drop-caches", action="store_true")
     ap.add_argument("--nice", type=int, default=-20,
                     help="niceness of the measured commands (negative needs root; 0 = unchanged)")
@@ -367,22 +373,29 @@ def main(argv=None):
         for i in range(a.repeats):
             bw_before = mem_bw(bins) if resident_budget else None
             r = launch_once(bins, toml, ckpt, mib, a.gen, a.io, os.path.join(runs, f"{name}-{i}.json"), drop,
-                            a.threads)
+                            a.threads, a.expert_inputs)
             s = summarise(r, a.gen, w)
             rows.append(s)
             log(f"bench: {name} ({mib} MiB) #{i + 1}: {s['spt']:.3f} s/token, read {fmt_b(s['read_per_tok'])}/token, "
                 f"waited {s['wait_per_tok']:.3f} s/token, load {s['load']:.2f}")
             if resident_budget:
                 run([os.path.join(bins, "k3-compute"), "--standalone", ckpt, "--ids", "1", "--gen", "2"])  # warm
-                sr = standalone_once(bins, ckpt, a.gen, os.path.join(runs, f"standalone-{i}.json"), a.threads)
+                sr = standalone_once(bins, ckpt, a.gen, os.path.join(runs, f"standalone-{i}.json"), a.threads,
+                                     a.expert_inputs)
                 solo.append(sr)
+                bf16_step = None
+                if a.also_bf16:
+                    rb = launch_once(bins, toml, ckpt, mib, a.gen, a.io, os.path.join(runs, f"{name}-bf16-{i}.json"),
+                                     drop, a.threads, "bf16")
+                    bf16_step = summarise(rb, a.gen, w)["step"]
                 bw_after = mem_bw(bins)
                 bw = (bw_before + bw_after) / 2
                 solo_step_i = sr.get("median_token_seconds", sr["seconds_per_token"])
                 paired.append(dict(bw_before=bw_before, bw_after=bw_after, step=s["step"], solo_step=solo_step_i,
-                                   bound=w["touched_per_token"] / (bw * 1e9)))
+                                   bound=w["touched_per_token"] / (bw * 1e9), bf16_step=bf16_step))
                 log(f"bench: repeat {i + 1}: bandwidth {bw_before:.1f} / {bw_after:.1f} GB/s, pipeline step "
-                    f"{s['step']:.3f} s, standalone step {solo_step_i:.3f} s")
+                    f"{s['step']:.3f} s, standalone step {solo_step_i:.3f} s"
+                    + (f", pipeline step with bf16 expert inputs {bf16_step:.3f} s" if bf16_step else ""))
         results[name] = rows
 
     solo_spt = statistics.median(r["seconds_per_token"] for r in solo)
@@ -430,6 +443,11 @@ def main(argv=None):
          + "; ".join(f"{p['step']:.3f} / {p['solo_step']:.3f}" for p in paired) + "; median of the ratios",
          statistics.median(solo_ratios), "<= 1.03"),
     ]
+    if a.also_bf16:
+        targets.insert(2, (
+            "(same, pipeline with --expert-inputs bf16 in the same repeat: "
+            + "; ".join(f"{p['bf16_step']:.3f} s vs {p['bound']:.3f} s" for p in paired) + "; median of the ratios)",
+            statistics.median(p["bf16_step"] / p["bound"] for p in paired), "<= 1.2"))
     tgt = "\n".join(f"| {t} | {v:.2f} | {goal} | {'met' if (v >= 0.9 if goal.startswith('>') else v <= float(goal.split()[-1])) else 'missed'} |"
                     for t, v, goal in targets)
     print(table)
@@ -451,7 +469,7 @@ Checkpoint: {len(w['trunk_bytes'])} layers of real K3 geometry (hidden {w['hidde
 {w['experts']} experts of {fmt_b(w['expert_bytes'])} in {w['moe_layers']} MoE layers, top_k {w['top_k']};
 {fmt_b(w['file_bytes'])} on disk; trunk per layer {', '.join(fmt_b(b) for b in w['trunk_bytes'])};
 bytes a token touches when resident {fmt_b(w['touched_per_token'])}. Plan floor {fmt_b(floor) if floor > 0 else '?'}.
-Prompt: one id, --gen {a.gen}, --io {a.io}, page cache dropped before every pipeline run: {drop};
+Prompt: one id, --gen {a.gen}, --io {a.io}, --expert-inputs {a.expert_inputs}, page cache dropped before every pipeline run: {drop};
 measured commands run under `{' '.join(NICE) or 'default niceness'}` (other engineers compile on the same 2 cores).
 
 Same-run references: raw O_DIRECT sequential read of the largest shard {raw['d4_c1M']:.0f} MB/s

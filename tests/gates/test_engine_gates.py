@@ -3,7 +3,7 @@
 engine against itself across execution modes. Each TestCase class is one ctest test:
 
     test_engine_gates.py GateLogits|GateTrace|GateGreedy|GateTeacherForcing|
-                         GateIncremental|GateChunkedPrefill|GateThreads
+                         GateIncremental|GateChunkedPrefill|GateThreads|GateExpertInputs
 
 Environment: K3_TESTDATA (fixture output), K3_COMPUTE (engine command; missing => exit 77,
 ctest "skipped"), K3_GATE_MODEL (checkpoint folder under K3_TESTDATA, default "tiny").
@@ -128,6 +128,45 @@ class GateThreads(unittest.TestCase):
 
     def test_threads(self):
         mode_runs(self, g.work_dir("threads"), [(f"threads{t}", ["--threads", str(t)]) for t in (1, 2)])
+
+
+class GateExpertInputs(unittest.TestCase):
+    """h. --expert-inputs bf16 (routed-expert inputs rounded to bf16) on both sides: logits within
+    TOL_LOGITS_BF16_INPUTS, and teacher-forced argmax identical at every position of the reference's
+    32-id sequence whose top-2 margin exceeds that tolerance times the logit scale (on the tiny
+    models a rounding step can flip a near-tie, and free-running greedy then diverges). The option
+    must also take effect: the engine's bf16 logits differ from its f32 ones and sit at least 4x
+    closer to the bf16 reference than to the f32 one."""
+
+    def test_expert_inputs_bf16(self):
+        w = g.work_dir("expert_inputs")
+        logits = {}
+        for mode in ("bf16", "f32"):
+            path = os.path.join(w, f"engine_{mode}.f32")
+            g.run_engine(ENGINE, w, f"engine_{mode}", g.PROMPT, 1, "--expert-inputs", mode, "--dump-logits", path)
+            logits["engine_" + mode] = g.read_f32(path)
+            path = os.path.join(w, f"ref_{mode}.f32")
+            g.run_reference(w, f"ref_{mode}", g.PROMPT, 1, "--expert-inputs", mode, "--dump-logits", path)
+            logits["ref_" + mode] = g.read_f32(path)
+        err = g.rel_err(logits["engine_bf16"], logits["ref_bf16"])
+        cross = g.rel_err(logits["engine_bf16"], logits["ref_f32"])
+        moved = g.rel_err(logits["engine_bf16"], logits["engine_f32"])
+        print(f"expert inputs bf16: rel max err vs bf16 reference {err:.3e} (tolerance {g.TOL_LOGITS_BF16_INPUTS:.0e}), "
+              f"vs f32 reference {cross:.3e}, engine bf16 vs f32 {moved:.3e}")
+        self.assertLessEqual(err, g.TOL_LOGITS_BF16_INPUTS)
+        self.assertGreater(moved, 0.0, "--expert-inputs bf16 changed nothing")
+        self.assertLess(4 * err, cross, "bf16 logits are not clearly closer to the bf16 reference than to the f32 one")
+        r, _ = g.run_reference(w, "ref_tf", g.PROMPT, g.N_TF_GEN, "--expert-inputs", "bf16")
+        seq = r["full_ids"]
+        e, _ = g.run_engine(ENGINE, w, "engine_tf", seq, 0, "--tf-check", "--expert-inputs", "bf16")
+        self.assertEqual(e["expert_inputs"], "bf16")
+        self.assertEqual(len(e["tf_pred"]), len(seq))
+        near_tie = g.TOL_LOGITS_BF16_INPUTS * float(np.max(np.abs(logits["ref_bf16"])))
+        bad = [i for i, (a, b) in enumerate(zip(e["tf_pred"], r["tf_pred"])) if a != b]
+        clear = [i for i in bad if r["tf_margins"][i] > near_tie]
+        self.assertEqual(clear, [], f"positions with a clear reference margin whose argmax differs: {clear}")
+        print(f"expert inputs bf16: teacher forcing {len(seq) - len(bad)}/{len(seq)} positions identical, "
+              f"differing only at near-ties {bad} (routed experts on {e['expert_isa']})")
 
 
 if __name__ == "__main__":

@@ -155,6 +155,7 @@ class PipelineTest(unittest.TestCase):
             rep = json.load(f)
         self.assertEqual(rep["generated_ids"], self.expected)
         self.assertEqual(rep["prompt_ids"], [int(x) for x in IDS.split(",")])
+        self.assertEqual(rep["expert_inputs"], "f32")  # the default
         for key in ("seconds_per_token", "trunk_bytes_per_token", "expert_bytes_per_token",
                     "expert_hit_rate", "io_share", "peak_memory", "peak_memory_total_bytes"):
             self.assertIn(key, rep)
@@ -237,6 +238,35 @@ class PipelineTest(unittest.TestCase):
         self.assertIn(str(self.floor), err)
         self.assertEqual(out, "")
         self.assertClean(p.pid)
+
+    def test_expert_inputs_bf16_matches_standalone(self):
+        # The option reaches compute through the launcher (TOML key, then the flag overriding it)
+        # and gives the standalone ids of the same option, at a streaming and the middle budget.
+        r = subprocess.run([os.path.join(BIN, "k3-compute"), "--standalone", MODEL, "--ids", IDS,
+                            "--gen", str(GEN), "--threads", "1", "--expert-inputs", "bf16"],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        want = [int(x) for x in r.stdout.split()]
+        toml = os.path.join(self.tmp, "bf16.toml")
+        with open(toml, "w") as f:
+            f.write('model = "%s"\nbudget = "1G"\nio = "pread"\ngen = %d\nthreads = 1\nexpert_inputs = "bf16"\n'
+                    % (MODEL, GEN))
+        for budget, flag in ((self.budgets["stream"], []), (self.budgets["middle"], ["--expert-inputs", "bf16"])):
+            out_json = os.path.join(self.tmp, "bf16-%d.json" % budget)
+            p = subprocess.Popen([os.path.join(BIN, "k3-launch"), toml, "--budget", str(budget), "--ids", IDS,
+                                  "--out", out_json] + flag, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            out, err = self.finish(p)
+            self.assertClean(p.pid)
+            self.assertEqual(p.returncode, 0, err[-3000:])
+            self.assertEqual([int(x) for x in out.split()], want)
+            with open(out_json) as f:
+                self.assertEqual(json.load(f)["expert_inputs"], "bf16")
+            self.assertIn("routed-expert inputs bf16", err)
+        # A bad value is a usage error naming the flag.
+        r = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--ids", IDS, "--expert-inputs", "fp8"],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--expert-inputs", r.stderr)
 
     def test_unknown_toml_key(self):
         bad = os.path.join(self.tmp, "bad.toml")

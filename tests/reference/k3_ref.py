@@ -56,7 +56,7 @@ def write_trace(directory, trace, cfg):
 
 def run(args):
     cfg = ref_config.Config(os.path.join(args.model_dir, "config.json"))
-    model = ref_model.Model(ref_safetensors.Checkpoint(args.model_dir), cfg, args.mla_norm_eps)
+    model = ref_model.Model(ref_safetensors.Checkpoint(args.model_dir), cfg, args.mla_norm_eps, args.expert_inputs)
     prompt = parse_ids(args.ids)
     bad = [i for i in prompt if not 0 <= i < cfg.vocab]
     if bad:
@@ -88,11 +88,13 @@ def run(args):
         "situ_gate_over_cap": stats["gate_over"] / max(stats["n"], 1),
         "situ_up_over_cap": stats["up_over"] / max(stats["n"], 1),
         "mla_norm_eps": args.mla_norm_eps,
+        "expert_inputs": args.expert_inputs,
     }
     if not args.skip_tf:
         tf = model.forward(ids)
         report["tf_pred"] = [int(i) for i in np.argmax(tf, axis=-1)]
-        report["tf_min_margin"] = min(margin(r) for r in tf)
+        report["tf_margins"] = [margin(r) for r in tf]
+        report["tf_min_margin"] = min(report["tf_margins"])
     report["seconds"] = time.time() - t0
     if args.out:
         with open(args.out, "w") as f:
@@ -112,6 +114,8 @@ def main(argv=None):
     ap.add_argument("--dump-trace")
     ap.add_argument("--mla-norm-eps", type=float, default=1e-6,
                     help="eps of the MLA q_a/kv_a layernorms (K3-MODEL.md §7.1: 1e-6 official HF, 1e-5 vLLM)")
+    ap.add_argument("--expert-inputs", choices=("f32", "bf16"), default="f32",
+                    help="bf16: round the routed experts' inputs to bf16 (the engine's --expert-inputs bf16)")
     ap.add_argument("--skip-tf", action="store_true",
                     help="omit the teacher-forced pass (tf_pred): saves one forward at real geometry")
     args = ap.parse_args(argv)

@@ -17,8 +17,11 @@ BLOCK_ELEMS = 1 << 25    # a widened row block of a matrix holds at most this ma
 
 
 class Model:
-    def __init__(self, ckpt, cfg, mla_norm_eps=1e-6):
+    def __init__(self, ckpt, cfg, mla_norm_eps=1e-6, expert_inputs="f32"):
         self.ck, self.cfg, self.mla_eps = ckpt, cfg, mla_norm_eps
+        # "bf16": the routed experts' inputs (latent z, and the SiTU output feeding w2) are
+        # rounded to bf16 first, as the official bf16 reference feeds them (K3-MODEL.md §3.0).
+        self.expert_in = ops.round_bf16 if expert_inputs == "bf16" else (lambda a: a)
         self._cache = {}
 
     def w(self, name):
@@ -112,8 +115,8 @@ class Model:
         ylat = np.zeros_like(xl)
         for e in np.unique(idx):
             rows, slot = np.nonzero(idx == e)
-            z = xl[rows]
-            act = self.situ(z @ self.expert(l, e, "w1").T, z @ self.expert(l, e, "w3").T)
+            z = self.expert_in(xl[rows])
+            act = self.expert_in(self.situ(z @ self.expert(l, e, "w1").T, z @ self.expert(l, e, "w3").T))
             ylat[rows] += wts[rows, slot][:, None] * (act @ self.expert(l, e, "w2").T)
         if c.latent_norm:
             ylat = ops.rms_norm(ylat, self.L(l, m + "routed_expert_norm.weight"), c.eps)

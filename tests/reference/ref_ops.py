@@ -104,6 +104,14 @@ def router(logits, bias, top_k, renormalize, scaling):
     return order, w * scaling
 
 
+def round_bf16(x):
+    """Nearest bf16 value (8 significant bits, ties to even), kept as float64: frexp gives a
+    mantissa in [0.5, 1), so mantissa * 256 in [128, 256) rounds to the 8 bits bf16 keeps.
+    (Normal range only; activations never reach bf16's subnormals or its overflow.)"""
+    m, e = np.frexp(np.asarray(x, dtype=np.float64))
+    return np.ldexp(np.round(m * 256.0) / 256.0, e)  # np.round: half to even
+
+
 def mxfp4_matvec(packed, scales, x, group=32):
     import ref_mxfp4
     return ref_mxfp4.dequantize(packed, scales, group) @ x

@@ -41,6 +41,14 @@ bool UseAvx2() {
   return use;
 }
 
+bool UseAvx512Bf16() {
+  static const bool use = [] {
+    const char* no = std::getenv("K3_NO_AVX512");
+    return UseAvx2() && !(no != nullptr && std::strcmp(no, "1") == 0) && CpuHasAvx512Bf16();
+  }();
+  return use;
+}
+
 void CheckAvx2() {
   if (!CpuHasAvx2Fma()) throw RuntimeFailure("matmul: AVX2 kernel called on a CPU without AVX2+FMA");
 }
@@ -110,7 +118,15 @@ bool CpuHasAvx2Fma() {
   return has;
 }
 
+bool CpuHasAvx512Bf16() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
 const char* ActiveIsa() { return UseAvx2() ? "avx2" : "scalar"; }
+
+const char* ActiveMxfp4Bf16InIsa() { return UseAvx512Bf16() ? "avx512bf16" : ActiveIsa(); }
 
 void MatmulScalar(const DenseMat& W, const float* X, int64_t T, float* Y) {
   CheckDense(W);
@@ -162,6 +178,37 @@ void MatmulMxfp4(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
   } else {
     MatmulMxfp4Scalar(W, X, T, Y);
   }
+}
+
+void MatmulMxfp4Bf16InAvx512(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
+  CheckMxfp4(W);
+  if (!CpuHasAvx512Bf16()) throw RuntimeFailure("matmul: AVX512-BF16 kernel called on a CPU without it");
+  if (W.group != 32) throw BadModel("mxfp4: the AVX512-BF16 body needs group 32, not " + std::to_string(W.group));
+  if (!CheckActivations(W.rows, W.cols, X, T, Y)) return;
+  // x in the body's lane order, rounded once per call (reused per calling thread: the experts
+  // call this three times per expert per layer).
+  thread_local std::vector<uint16_t> xb;
+  xb.resize(static_cast<size_t>(T * W.cols));
+  for (int64_t b = 0; b < T * W.cols; b += 32) {
+    for (int64_t i = 0; i < 16; ++i) {
+      xb[b + i] = F32ToBf16(X[b + 2 * i]);
+      xb[b + 16 + i] = F32ToBf16(X[b + 2 * i + 1]);
+    }
+  }
+  detail::Mxfp4Bf16InAvx512(W.packed, W.scales, W.rows, W.cols, Tables().scale, xb.data(), T, Y);
+}
+
+void MatmulMxfp4Bf16In(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
+  if (UseAvx512Bf16() && W.group == 32) {
+    MatmulMxfp4Bf16InAvx512(W, X, T, Y);
+    return;
+  }
+  CheckMxfp4(W);
+  if (!CheckActivations(W.rows, W.cols, X, T, Y)) return;
+  thread_local std::vector<float> xr;
+  xr.resize(static_cast<size_t>(T * W.cols));
+  for (int64_t i = 0; i < T * W.cols; ++i) xr[i] = Bf16ToF32(F32ToBf16(X[i]));
+  MatmulMxfp4(W, xr.data(), T, Y);
 }
 
 void MatmulTransposedRows(const DenseMat& W, int64_t row0, int64_t n, const float* x, float* y) {

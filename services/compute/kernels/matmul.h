@@ -44,6 +44,15 @@ void MatmulMxfp4(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
 void MatmulMxfp4Scalar(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
 void MatmulMxfp4Avx2(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
 
+// The MXFP4 product with X rounded to bf16 first (round to nearest even), which is how the
+// official reference feeds the routed experts (bf16 activations, K3-MODEL.md §3.0). Products
+// stay exact (bf16 input times E2M1 times a power of two), sums are f32; only the inputs lose
+// bits. Where the CPU has AVX512-BF16 (and the group is 32) the body needs ~7 vector ops per 32
+// weights instead of ~17; elsewhere X is rounded and the f32 body runs. Same determinism
+// contract as the others, per selected body. K3_NO_AVX512=1 skips the AVX512 body.
+void MatmulMxfp4Bf16In(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
+void MatmulMxfp4Bf16InAvx512(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);  // group 32
+
 // Transposed product over a block of rows: y[c] = sum_{i<n} x[i] * W[row0+i][c] for c < W.cols.
 // Used by MLA's absorbed attention (q -> latent, latent -> v). Fixed order over i.
 void MatmulTransposedRows(const DenseMat& W, int64_t row0, int64_t n, const float* x, float* y);
@@ -60,7 +69,9 @@ float E2M1Value(uint8_t nibble);
 float E8M0Scale(uint8_t s);
 
 bool CpuHasAvx2Fma();
+bool CpuHasAvx512Bf16();  // AVX-512 F, BW, VL and BF16
 const char* ActiveIsa();  // "avx2" or "scalar"
+const char* ActiveMxfp4Bf16InIsa();  // "avx512bf16", "avx2" or "scalar"
 
 // bf16 <-> f32 (bf16 is the top half of an f32; rounding to nearest even on the way down).
 inline float Bf16ToF32(uint16_t b) {

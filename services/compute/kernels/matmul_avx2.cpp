@@ -8,19 +8,10 @@
 #include <immintrin.h>
 
 #include "kernels_detail.h"
+#include "simd_helpers.h"
 
 namespace k3::kern::detail {
 namespace {
-
-inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// Fixed reduction tree for the 8 lanes of one accumulator.
-inline float HSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // Weight formats of the dense body. Load16 turns 16 weights of one row into the two 8-lane
 // vectors that a 16-column step multiplies with x[c, c+8) and x[c+8, c+16) of the format's x

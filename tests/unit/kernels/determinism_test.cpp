@@ -135,9 +135,15 @@ TEST_F(Determinism, Avx2) {
   CheckContract(MxKernel("mxfp4 avx2", Mx(), MatmulMxfp4Avx2));
 }
 
+TEST_F(Determinism, Avx512Bf16) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "CPU lacks AVX512-BF16";
+  CheckContract(MxKernel("mxfp4 bf16-in avx512", Mx(), MatmulMxfp4Bf16InAvx512));
+}
+
 TEST_F(Determinism, Dispatched) {
   CheckContract(DenseKernel("bf16 dispatched", Bf16(), Matmul));
   CheckContract(MxKernel("mxfp4 dispatched", Mx(), MatmulMxfp4));
+  CheckContract(MxKernel("mxfp4 bf16-in dispatched", Mx(), MatmulMxfp4Bf16In));
 }
 
 }  // namespace

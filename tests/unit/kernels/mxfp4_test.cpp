@@ -1,5 +1,7 @@
 // MXFP4 products and decoding: every byte value, every scale byte, nibble order, odd shapes,
-// scalar and AVX2 against an independent double-precision decoder.
+// scalar and AVX2 against an independent double-precision decoder; the bf16-input product
+// (MatmulMxfp4Bf16In, dispatched and AVX512-BF16 body) against the same decoder on x rounded to
+// bf16 by an independent rounding.
 #include <tuple>
 
 #include "kernel_test_util.h"
@@ -45,6 +47,34 @@ void RunBoth(const Mxfp4Case& c, const std::vector<float>& X, int64_t T, double 
   }
 }
 
+// Nearest bf16 (8 significant bits, ties to even) via frexp and nearbyint (the default rounding
+// mode is to nearest even), written apart from the library's bit trick. Normal range only.
+float RefRoundBf16(float v) {
+  int e = 0;
+  const double m = std::frexp(static_cast<double>(v), &e);  // [0.5, 1)
+  return static_cast<float>(std::ldexp(std::nearbyint(m * 256.0) / 256.0, e));
+}
+
+std::vector<float> RoundedToBf16(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = RefRoundBf16(x[i]);
+  return r;
+}
+
+// The bf16-input product equals the double-precision product of the rounded x (every product is
+// exact; only the f32 sums round).
+void RunBf16In(const Mxfp4Case& c, const std::vector<float>& X, int64_t T, double rel) {
+  const std::vector<float> xr = RoundedToBf16(X);
+  std::vector<float> y(T * c.mat.rows, -7.0f);
+  MatmulMxfp4Bf16In(c.mat, X.data(), T, y.data());
+  ExpectNearRef(c.rows_d, xr.data(), T, y.data(), rel, "mxfp4 bf16-in dispatched");
+  if (CpuHasAvx512Bf16() && c.mat.group == 32) {
+    std::fill(y.begin(), y.end(), -7.0f);
+    MatmulMxfp4Bf16InAvx512(c.mat, X.data(), T, y.data());
+    ExpectNearRef(c.rows_d, xr.data(), T, y.data(), rel, "mxfp4 bf16-in avx512");
+  }
+}
+
 using Shape = std::tuple<int64_t, int64_t, int64_t>;  // rows, cols, T
 class Mxfp4Shapes : public ::testing::TestWithParam<Shape> {};
 
@@ -52,6 +82,12 @@ TEST_P(Mxfp4Shapes, ScalarAndAvx2MatchDoubleReference) {
   const auto [rows, cols, T] = GetParam();
   const Mxfp4Case c = RandomMxfp4(rows, cols, static_cast<uint32_t>(rows * 31 + cols));
   RunBoth(c, RandomFloats(static_cast<size_t>(T * cols), 7), T, 1e-5);
+}
+
+TEST_P(Mxfp4Shapes, Bf16InputsMatchDoubleReferenceOnRoundedX) {
+  const auto [rows, cols, T] = GetParam();
+  const Mxfp4Case c = RandomMxfp4(rows, cols, static_cast<uint32_t>(rows * 37 + cols));
+  RunBf16In(c, RandomFloats(static_cast<size_t>(T * cols), 9), T, 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(OddSizes, Mxfp4Shapes,
@@ -184,6 +220,80 @@ TEST(Mxfp4, RealExpertSize) {
   // One w2-shaped slice (rows of 3072 inputs) and one w1-shaped slice (3584 inputs).
   RunBoth(RandomMxfp4(21, 3072, 77), RandomFloats(3072 * 5, 78), 5, 1e-5);
   RunBoth(RandomMxfp4(13, 3584, 79), RandomFloats(3584, 80), 1, 1e-5);
+}
+
+TEST(Mxfp4Bf16In, RoundsInputsToNearestEven) {
+  // Element 0 is 1.0 (code 2, scale 2^0), the rest 0: y is the rounded x[0] exactly.
+  std::vector<uint8_t> packed(16, 0);
+  packed[0] = 0x02;
+  const uint8_t scale[1] = {127};
+  const Mxfp4Mat w{packed.data(), scale, 1, 32, 32};
+  // {x, its bf16 by hand}: below half a step, exactly half (tie to the even 1.0), half above an
+  // odd mantissa (tie up to the even 1 + 2^-6), a negative value, and one already exact.
+  const float cases[][2] = {{1.0f + 0x1p-9f, 1.0f},
+                            {1.0f + 0x1p-8f, 1.0f},
+                            {1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-6f},
+                            {-(1.0f + 0x1p-7f + 0x1p-9f), -(1.0f + 0x1p-7f)},
+                            {0.75f, 0.75f}};
+  for (const auto& cs : cases) {
+    std::vector<float> x(32, 0.0f);
+    x[0] = cs[0];
+    float y = 0;
+    MatmulMxfp4Bf16In(w, x.data(), 1, &y);
+    EXPECT_EQ(y, cs[1]) << "dispatched, x = " << cs[0];
+    if (CpuHasAvx512Bf16()) {
+      MatmulMxfp4Bf16InAvx512(w, x.data(), 1, &y);
+      EXPECT_EQ(y, cs[1]) << "avx512, x = " << cs[0];
+    }
+  }
+}
+
+TEST(Mxfp4Bf16In, EveryByteValueAndEveryScaleByte) {
+  const int64_t cols = 512;
+  std::vector<uint8_t> packed(2 * 256), scales(2 * 16);
+  for (int r = 0; r < 2; ++r) {
+    for (int b = 0; b < 256; ++b) packed[r * 256 + b] = static_cast<uint8_t>(b);
+    for (int g = 0; g < 16; ++g) scales[r * 16 + g] = r == 0 ? 120 : 127;
+  }
+  RunBf16In(MakeMxfp4(packed, scales, 2, cols), RandomFloats(3 * cols, 12), 3, 1e-5);
+  for (int s = 0; s < 255; ++s) {
+    std::vector<uint8_t> p(32, 0);
+    p[5] = 0x20;  // element 11 = 1.0
+    const uint8_t sc[2] = {static_cast<uint8_t>(s), 127};
+    const Mxfp4Mat w{p.data(), sc, 1, 64, 32};
+    const std::vector<float> x(64, 1.0f);
+    float y = 0;
+    MatmulMxfp4Bf16In(w, x.data(), 1, &y);
+    EXPECT_EQ(static_cast<double>(y), std::ldexp(1.0, s - 127)) << "scale byte " << s;
+  }
+}
+
+TEST(Mxfp4Bf16In, Scale255IsNaNForItsRowOnly) {
+  auto packed = RandomBytes(3 * 32, 5);
+  std::vector<uint8_t> scales = {120, 121, 122, 255, 127, 126};
+  const Mxfp4Mat w{packed.data(), scales.data(), 3, 64, 32};
+  const auto x = RandomFloats(64, 6);
+  std::vector<float> y(3);
+  MatmulMxfp4Bf16In(w, x.data(), 1, y.data());
+  EXPECT_FALSE(std::isnan(y[0]));
+  EXPECT_TRUE(std::isnan(y[1]));
+  EXPECT_FALSE(std::isnan(y[2]));
+}
+
+TEST(Mxfp4Bf16In, OtherGroupSizesFallBack) {
+  // Group 64 and 16: the dispatched product still rounds and matches; the AVX512 body refuses.
+  const Mxfp4Case c64 = RandomMxfp4(9, 256, 45, 64), c16 = RandomMxfp4(9, 96, 46, 16);
+  RunBf16In(c64, RandomFloats(3 * 256, 47), 3, 1e-5);
+  RunBf16In(c16, RandomFloats(2 * 96, 48), 2, 1e-5);
+  if (CpuHasAvx512Bf16()) {
+    std::vector<float> y(9), x(256, 1.0f);
+    EXPECT_THROW(MatmulMxfp4Bf16InAvx512(c64.mat, x.data(), 1, y.data()), k3::Error);
+  }
+}
+
+TEST(Mxfp4Bf16In, RealExpertSize) {
+  RunBf16In(RandomMxfp4(21, 3072, 81), RandomFloats(3072 * 5, 82), 5, 1e-5);
+  RunBf16In(RandomMxfp4(13, 3584, 83), RandomFloats(3584, 84), 1, 1e-5);
 }
 
 }  // namespace
