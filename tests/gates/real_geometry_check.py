@@ -4,7 +4,7 @@ layer geometry (hidden 7168, 96 KDA/MLA heads, latent 3584, expert width 3072, d
 
     /usr/bin/python3 tests/gates/real_geometry_check.py [--compute build/bin/k3-compute]
         [--work DIR] [--layers 4] [--experts 16] [--vocab 4096] [--gen 4] [--threads N]
-        [--tol-logits X] [--tol-trace X] [--reuse-ref]
+        [--tol-logits X] [--tol-trace X] [--reuse-ref] [--expert-inputs f32|bf16]
 
 Writes (once, cached in WORK) a real-preset checkpoint with the generator, runs
 `k3-compute --standalone` and `tests/reference/k3_ref.py` on the same 8 ids, and reports:
@@ -12,7 +12,9 @@ logits relative max difference max|e-r|/max|r| against --tol-logits, the same fo
 traced tensor against --tol-trace, top-k expert identity per MoE layer, and greedy id
 identity. An id may differ only after a step whose reference top-2 gap is below
 --gap-factor x the measured absolute logit error (a near tie, which float32 may break the
-other way); the report prints every gap. Exit 0 = pass, 1 = a check failed, 2 = a run failed.
+other way); the report prints every gap. --expert-inputs bf16 runs both sides with the routed
+experts' inputs rounded to bf16 (outputs in WORK/run-bf16; both tolerances then default to
+TOL_LOGITS_BF16_INPUTS, see docs/testing.md). Exit 0 = pass, 1 = a check failed, 2 = a run failed.
 See docs/testing.md, "Real geometry".
 """
 import argparse
@@ -27,7 +29,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-from gatelib import read_f32, rel_err  # noqa: E402
+from gatelib import TOL_LOGITS, TOL_LOGITS_BF16_INPUTS, TOL_TRACE, read_f32, rel_err  # noqa: E402
 
 GENERATOR = os.path.join(ROOT, "tests", "generator", "make_checkpoint.py")
 REFERENCE = os.path.join(ROOT, "tests", "reference", "k3_ref.py")
@@ -145,12 +147,19 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--gen", type=int, default=4)
     ap.add_argument("--threads", type=int, default=0, help="engine OpenMP threads (0 = its default)")
-    ap.add_argument("--tol-logits", type=float, default=1e-4)
-    ap.add_argument("--tol-trace", type=float, default=1e-4)
+    ap.add_argument("--tol-logits", type=float, help=f"default {TOL_LOGITS} (bf16 inputs: {TOL_LOGITS_BF16_INPUTS})")
+    ap.add_argument("--tol-trace", type=float, help=f"default {TOL_TRACE} (bf16 inputs: {TOL_LOGITS_BF16_INPUTS})")
     ap.add_argument("--gap-factor", type=float, default=10.0)
+    ap.add_argument("--expert-inputs", choices=("f32", "bf16"), default="f32",
+                    help="routed-expert inputs on both sides (bf16: rounded, the engine's --expert-inputs bf16)")
     ap.add_argument("--reuse-ref", action="store_true",
                     help="keep the reference outputs of an earlier run with the same checkpoint and flags")
     args = ap.parse_args(argv)
+    bf16 = args.expert_inputs == "bf16"
+    if args.tol_logits is None:
+        args.tol_logits = TOL_LOGITS_BF16_INPUTS if bf16 else TOL_LOGITS
+    if args.tol_trace is None:
+        args.tol_trace = TOL_LOGITS_BF16_INPUTS if bf16 else TOL_TRACE
     if not os.path.exists(args.compute):
         print(f"k3-compute not found at {args.compute}; build it or pass --compute")
         return 2
@@ -158,10 +167,10 @@ def main(argv=None):
         ap.error(f"--vocab must be above {max(PROMPT)} for the built-in prompt")
     os.makedirs(args.work, exist_ok=True)
     model = checkpoint(args)
-    w = os.path.join(args.work, "run")
+    w = os.path.join(args.work, "run" if args.expert_inputs == "f32" else "run-" + args.expert_inputs)
     os.makedirs(w, exist_ok=True)
     ids = ",".join(map(str, PROMPT))
-    common = ["--ids", ids, "--gen", str(args.gen)]
+    common = ["--ids", ids, "--gen", str(args.gen), "--expert-inputs", args.expert_inputs]
     cmd = [args.compute, "--standalone", model, *common, "--out", os.path.join(w, "engine.json"),
            "--dump-logits", os.path.join(w, "engine-logits.f32"), "--dump-trace", os.path.join(w, "engine-trace")]
     if args.threads:
