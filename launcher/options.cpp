@@ -87,6 +87,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
   app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
+  app.add_flag("--probe-membw", cli.probe_membw,
+               "benchmarks: compute times one read of the resident weights after every decode step");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -123,6 +125,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--inflight")) opt.inflight = cli.inflight;
   if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
   opt.dry_run = cli.dry_run;
+  opt.probe_membw = cli.probe_membw;
 
   if (opt.budget.empty()) throw UsageError("--budget is required (in the TOML or on the command line)");
   if (opt.model.empty()) throw UsageError("no model: set 'model' in the TOML or pass --model");

@@ -27,6 +27,7 @@ struct LaunchOptions {
   bool full_recompute = false;
   std::string out, dump_logits;
   bool dry_run = false;
+  bool probe_membw = false;       // benchmarks: compute times a read of the resident weights per step
   double ready_timeout = 120;     // seconds to wait for every service's Ready
   double shutdown_timeout = 5;    // seconds between Shutdown and SIGTERM
 };

@@ -151,6 +151,7 @@ void Runner::Spawn() {
                                 "--ring-arena", ring, "--experts-arena", experts};
   if (opt_.threads > 0) c.insert(c.end(), {"--threads", std::to_string(opt_.threads)});
   c.insert(c.end(), {"--expert-inputs", opt_.expert_inputs});
+  if (opt_.probe_membw) c.push_back("--probe-membw");
   if (!opt_.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt_.dump_logits});
   c.insert(c.end(), head_flags.begin(), head_flags.end());
   sup_.Add({"compute", c, false});
@@ -495,6 +496,9 @@ void Runner::WriteReport(const std::vector<int32_t>& ids) {
                r["expert_hit_rate"].get<double>(), waits, 100 * r["io_share"].get<double>());
   std::fprintf(stderr, "[launch] compute waited on I/O %.4f s/token while decoding (trunk %.4f, experts %.4f) of %.4f s/token\n",
                trunk_wait_tok + expert_wait_tok, trunk_wait_tok, expert_wait_tok, r["seconds_per_token"].get<double>());
+  if (stat("compute", "membw_probe_passes") > 0)
+    std::fprintf(stderr, "[launch] read-bandwidth probe over the resident weights: median %.1f GB/s; median decode step %.4f s (compute's clock, probes excluded)\n",
+                 stat("compute", "membw_probe_median_gbs"), stat("compute", "median_step_seconds"));
   for (const auto& [name, pm] : peak_)
     std::fprintf(stderr, "[launch] peak %-15s %s (shm %s)\n", name.c_str(), plan::FormatBytes(pm.vm_hwm).c_str(),
                  plan::FormatBytes(pm.rss_shmem).c_str());

@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   app.add_option("--expert-inputs", opt.expert_inputs,
                  "routed-expert inputs: f32 (exact, default) or bf16 (rounded, as the official reference)")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_flag("--probe-membw", opt.probe_membw,
+               "benchmarks: after every decode step, time one all-threads read of the resident weights");
   // Pipeline mode (spawned by k3-launch; docs/pipeline.md "Command lines").
   k3::compute::PipelineOptions pipe;
   bool pipeline = false;
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
       pipe.threads = opt.threads;
       pipe.dump_logits = opt.dump_logits;
       pipe.expert_inputs = opt.expert_inputs;
+      pipe.probe_membw = opt.probe_membw;
       return k3::compute::RunComputePipeline(pipe);
     }
     if (opt.model_dir.empty())

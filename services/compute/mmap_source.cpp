@@ -34,6 +34,12 @@ MappedCheckpoint::~MappedCheckpoint() {
     if (p) ::munmap(p, len);
 }
 
+std::vector<MemRegion> MappedCheckpoint::Regions() const {
+  std::vector<MemRegion> r;
+  for (const auto& [p, n] : maps_) r.push_back({p, n});
+  return r;
+}
+
 TensorResolver MappedCheckpoint::Resolver() const {
   return [this](const std::string& name) {
     const TensorInfo& info = ckpt_.at(name);  // throws BadModel naming the tensor

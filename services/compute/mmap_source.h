@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "membw_probe.h"
 #include "sources.h"
 
 namespace k3::compute {
@@ -20,6 +21,7 @@ class MappedCheckpoint {
 
   const Checkpoint& checkpoint() const { return ckpt_; }
   TensorResolver Resolver() const;
+  std::vector<MemRegion> Regions() const;  // the shard mappings (for the bandwidth probe)
 
  private:
   Checkpoint ckpt_;

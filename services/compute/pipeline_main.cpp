@@ -12,7 +12,9 @@
 #include "common/ipc/protocol.h"
 #include "common/ipc/zmq_channel.h"
 #include "forward.h"
+#include "common/median.h"
 #include "generate.h"
+#include "membw_probe.h"
 #include "mixers.h"
 #include "pipeline_sources.h"
 
@@ -60,6 +62,7 @@ class ComputeService {
   std::unique_ptr<PipelineExpertSource> experts_src_;
   std::unique_ptr<GlobalWeights> globals_;
   std::unique_ptr<Forward> fwd_;
+  std::vector<MemRegion> probe_regions_;  // pinned + expert arenas (--probe-membw)
 };
 
 void ComputeService::Serve(const ipc::compute::Generate& g, const std::string&) {
@@ -84,8 +87,10 @@ void ComputeService::Serve(const ipc::compute::Generate& g, const std::string&) 
     f.write(reinterpret_cast<const char*>(logits), static_cast<std::streamsize>(cfg_.vocab_size * 4));
     if (!f) throw Error(kExitOutput, "--dump-logits: cannot write " + opt_.dump_logits);
   };
+  std::vector<double> probe_gbs;
   hooks.on_token = [&](int32_t id, int64_t index) {
     ipc::SendMessage(launcher_, ipc::Encode(ipc::compute::Token{g.request_id, id, static_cast<int32_t>(index)}));
+    if (opt_.probe_membw && index > 0) probe_gbs.push_back(ProbeReadGBs(probe_regions_));  // between steps
   };
   const GreedyResult r = RunGreedy(*fwd_, cfg_.vocab_size, p, hooks);
   const PipelineCounters& c = counters_;
@@ -103,7 +108,10 @@ void ComputeService::Serve(const ipc::compute::Generate& g, const std::string&) 
                                   S("expert_requests", static_cast<double>(c.expert_requests)),
                                   S("expert_rerequests", static_cast<double>(c.expert_rerequests)),
                                   S("stale_refs", static_cast<double>(c.stale_refs)),
-                                  S("rejected_messages", static_cast<double>(c.rejects.rejected))}}));
+                                  S("rejected_messages", static_cast<double>(c.rejects.rejected)),
+                                  S("median_step_seconds", Median(r.token_seconds)),
+                                  S("membw_probe_passes", static_cast<double>(probe_gbs.size())),
+                                  S("membw_probe_median_gbs", Median(probe_gbs))}}));
   ipc::compute::Done d;
   d.request_id = g.request_id;
   d.stats.prompt_tokens = static_cast<int32_t>(g.ids.size());
@@ -123,6 +131,7 @@ int ComputeService::Run() {
   const ipc::ShmArena experts = ipc::ShmArena::Open(opt_.experts_arena, false);
   std::optional<ipc::ShmArena> embed_window;
   if (!opt_.embed_arena.empty()) embed_window.emplace(ipc::ShmArena::Open(opt_.embed_arena, false));
+  probe_regions_ = {{pinned.data(), pinned.size()}, {experts.data(), experts.size()}};
   launcher_ = Dealer(ctx_, opt_.endpoint, "compute");
   trunk_ = Dealer(ctx_, opt_.trunk, "");
   experts_ = Dealer(ctx_, opt_.experts, "");

@@ -15,6 +15,7 @@ struct PipelineOptions {
   bool stream_lm_head = false;  // lm_head comes through the ring in row chunks
   int threads = 0;
   std::string expert_inputs = "f32";  // as in StandaloneOptions
+  bool probe_membw = false;           // as in StandaloneOptions
   int resend_ms = 1000;  // LayerWant / ExpertRequest repeated after this long without an answer
 };
 

@@ -20,6 +20,7 @@ struct StandaloneOptions {
   bool tf_check = false;
   std::optional<double> mla_norm_eps;
   std::string expert_inputs = "f32";  // "f32" (exact) or "bf16" (ModelConfig::expert_inputs_bf16)
+  bool probe_membw = false;           // read-bandwidth probe after every decode step (membw_probe.h)
 };
 
 // Parses "1,2,3" (throws UsageError on anything else).

@@ -251,7 +251,10 @@ class PipelineTest(unittest.TestCase):
         with open(toml, "w") as f:
             f.write('model = "%s"\nbudget = "1G"\nio = "pread"\ngen = %d\nthreads = 1\nexpert_inputs = "bf16"\n'
                     % (MODEL, GEN))
-        for budget, flag in ((self.budgets["stream"], []), (self.budgets["middle"], ["--expert-inputs", "bf16"])):
+        # The middle run also probes read bandwidth between steps (benchmarks): same ids, one
+        # probe per decode step in compute's stats.
+        for budget, flag in ((self.budgets["stream"], []),
+                             (self.budgets["middle"], ["--expert-inputs", "bf16", "--probe-membw"])):
             out_json = os.path.join(self.tmp, "bf16-%d.json" % budget)
             p = subprocess.Popen([os.path.join(BIN, "k3-launch"), toml, "--budget", str(budget), "--ids", IDS,
                                   "--out", out_json] + flag, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -260,7 +263,15 @@ class PipelineTest(unittest.TestCase):
             self.assertEqual(p.returncode, 0, err[-3000:])
             self.assertEqual([int(x) for x in out.split()], want)
             with open(out_json) as f:
-                self.assertEqual(json.load(f)["expert_inputs"], "bf16")
+                rep = json.load(f)
+            self.assertEqual(rep["expert_inputs"], "bf16")
+            stats = rep["service_stats"]["compute"]
+            if "--probe-membw" in flag:
+                self.assertEqual(stats["membw_probe_passes"], GEN - 1)
+                self.assertGreater(stats["membw_probe_median_gbs"], 0)
+                self.assertIn("read-bandwidth probe", err)
+            else:
+                self.assertEqual(stats["membw_probe_passes"], 0)
             self.assertIn("routed-expert inputs bf16", err)
         # A bad value is a usage error naming the flag.
         r = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--ids", IDS, "--expert-inputs", "fp8"],
