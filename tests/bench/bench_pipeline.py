@@ -277,7 +277,12 @@ def summarise(r, gen, w):
     expert_bytes = svc(r, "expert-fetcher", "bytes_read")
     expert_busy = busy_seconds("expert-fetcher")
     spt = r["seconds_per_token"]
-    s = dict(spt=spt, step=r.get("median_token_seconds", spt), load=r["_load"], cold=r["_cold"],
+    step = r.get("median_token_seconds", spt)
+    if svc(r, "compute", "membw_probe_passes") > 0:
+        # --probe-membw: the decode loop's clock and the token arrivals include the probes;
+        # compute's own per-step clock does not, so both columns use it.
+        spt = step = svc(r, "compute", "median_step_seconds")
+    s = dict(spt=spt, step=step, load=r["_load"], cold=r["_cold"],
              trunk_per_tok=trunk_streamed / gen, expert_per_tok=expert_bytes / gen,
              hit_rate=r.get("expert_hit_rate", -1),
              # Decode steps only (the launcher's report; -1 from an engine without the counters).
@@ -498,6 +503,8 @@ Checkpoint: {len(w['trunk_bytes'])} layers of real K3 geometry (hidden {w['hidde
 bytes a token touches when resident {fmt_b(w['touched_per_token'])}. Plan floor {fmt_b(floor) if floor > 0 else '?'}.
 Prompt: one id, --gen {a.gen}, --io {a.io}, --expert-inputs {a.expert_inputs}, page cache dropped before every pipeline run: {drop};
 measured commands run under `{' '.join(NICE) or 'default niceness'}` (other engineers compile on the same 2 cores).
+All-resident pipeline runs pass `--probe-membw`: their s/token and decode-step columns are compute's median
+step (its own clock, the probes between steps excluded).
 
 Same-run references: raw O_DIRECT sequential read of the largest shard {raw['d4_c1M']:.0f} MB/s
 (1 MiB requests, 4 in flight, as the services read) and {raw['d8_c4M']:.0f} MB/s (4 MiB, 8 in flight);
