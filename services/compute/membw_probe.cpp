@@ -1,5 +1,6 @@
 #include "membw_probe.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -9,9 +10,10 @@ double ProbeReadGBs(const std::vector<MemRegion>& regions) {
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t total = 0, bytes = 0;
   for (const MemRegion& r : regions) {
+    if (bytes >= kProbeMaxBytes) break;
     // 64-bit words; a tail of under 8 bytes is not worth reading.
     const auto* p = static_cast<const uint64_t*>(r.data);
-    const int64_t n = static_cast<int64_t>(r.bytes / 8);
+    const int64_t n = static_cast<int64_t>(std::min<uint64_t>(r.bytes, kProbeMaxBytes - bytes) / 8);
     uint64_t s = 0;
 #pragma omp parallel for schedule(static) reduction(+ : s)
     for (int64_t i = 0; i < n; ++i) s += p[i];

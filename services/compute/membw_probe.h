@@ -14,7 +14,13 @@ struct MemRegion {
   size_t bytes = 0;
 };
 
-// One pass over every region (all OpenMP threads); returns GB/s (10^9 bytes per second).
+// At most this many bytes per pass, from the start of the regions in order: far larger than any
+// cache, and a pass stays short even when the regions are a 128 GB arena or a real checkpoint's
+// mapped shards (which a full pass would page in from disk).
+constexpr size_t kProbeMaxBytes = size_t{4} << 30;
+
+// One pass over the regions, capped at kProbeMaxBytes (all OpenMP threads); returns GB/s
+// (10^9 bytes per second).
 double ProbeReadGBs(const std::vector<MemRegion>& regions);
 
 }  // namespace k3::compute
