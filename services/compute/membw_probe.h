@@ -3,6 +3,8 @@
 // expert arenas in the pipeline). The host's memory bandwidth on a shared VM changes within
 // seconds (docs/benchmarks.md), so a bound measured before and after a run can belong to
 // another phase than the steps; a probe next to every step, over the same pages, does not.
+// Meant for the all-resident budget, where the arenas are full: a never-written page of a
+// shared-memory arena reads as the zero page and would inflate the figure.
 #pragma once
 #include <cstddef>
 #include <vector>
