@@ -53,23 +53,20 @@ void RowTokens(const uint8_t* p, const uint8_t* s, int64_t ngroups, int64_t cols
   const __m256i table = E2M1Bf16Table();
   __m256 even[NT], odd[NT];
   for (int j = 0; j < NT; ++j) even[j] = odd[j] = _mm256_setzero_ps();
+  // One group (packed bytes pg, x of token 0 at xg) times its scale into acc[0..NT).
+  const auto group = [&](const uint8_t* pg, float sc, const uint16_t* xg, __m256* acc) {
+    __m256bh a, b;
+    DecodeGroup(pg, table, a, b);
+    const __m256 sv = _mm256_set1_ps(sc);
+    for (int j = 0; j < NT; ++j) acc[j] = _mm256_fmadd_ps(GroupDot(a, b, xg + j * cols), sv, acc[j]);
+  };
   int64_t g = 0;
   for (; g + 2 <= ngroups; g += 2, p += 32, x += 64) {
     if ((reinterpret_cast<uintptr_t>(p) & 32) == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + kAhead, _MM_HINT_T0);
-    __m256bh a, b;
-    DecodeGroup(p, table, a, b);
-    const __m256 s0 = _mm256_set1_ps(scale[s[g]]);
-    for (int j = 0; j < NT; ++j) even[j] = _mm256_fmadd_ps(GroupDot(a, b, x + j * cols), s0, even[j]);
-    DecodeGroup(p + 16, table, a, b);
-    const __m256 s1 = _mm256_set1_ps(scale[s[g + 1]]);
-    for (int j = 0; j < NT; ++j) odd[j] = _mm256_fmadd_ps(GroupDot(a, b, x + j * cols + 32), s1, odd[j]);
+    group(p, scale[s[g]], x, even);
+    group(p + 16, scale[s[g + 1]], x + 32, odd);
   }
-  if (g < ngroups) {
-    __m256bh a, b;
-    DecodeGroup(p, table, a, b);
-    const __m256 s0 = _mm256_set1_ps(scale[s[g]]);
-    for (int j = 0; j < NT; ++j) even[j] = _mm256_fmadd_ps(GroupDot(a, b, x + j * cols), s0, even[j]);
-  }
+  if (g < ngroups) group(p, scale[s[g]], x, even);
   for (int j = 0; j < NT; ++j) y[j * rows] = HSum(_mm256_add_ps(even[j], odd[j]));
 }
 

@@ -119,6 +119,7 @@ TEST(Mxfp4, EveryByteValueDecodesAndMultiplies) {
     }
   }
   RunBoth(c, RandomFloats(3 * cols, 11), 3, 1e-5);
+  RunBf16In(c, RandomFloats(3 * cols, 12), 3, 1e-5);
 }
 
 TEST(Mxfp4, HandWrittenValues) {
@@ -176,6 +177,12 @@ TEST(Mxfp4, EveryScaleByteExact) {
       MatmulMxfp4Avx2(w, x.data(), 1, &y);
       EXPECT_EQ(static_cast<double>(y), want) << "avx2, scale byte " << s;
     }
+    MatmulMxfp4Bf16In(w, x.data(), 1, &y);  // x = 1 is exact in bf16
+    EXPECT_EQ(static_cast<double>(y), want) << "bf16-in dispatched, scale byte " << s;
+    if (CpuHasAvx512Bf16()) {
+      MatmulMxfp4Bf16InAvx512(w, x.data(), 1, &y);
+      EXPECT_EQ(static_cast<double>(y), want) << "bf16-in avx512, scale byte " << s;
+    }
   }
 }
 
@@ -210,6 +217,10 @@ TEST(Mxfp4, Scale255IsNaNForItsRowOnly) {
     EXPECT_TRUE(std::isnan(y[1]));
     EXPECT_FALSE(std::isnan(y[2]));
   }
+  MatmulMxfp4Bf16In(w, x.data(), 1, y.data());
+  EXPECT_FALSE(std::isnan(y[0]));
+  EXPECT_TRUE(std::isnan(y[1]));
+  EXPECT_FALSE(std::isnan(y[2]));
   std::vector<float> row(cols);
   Mxfp4RowToFloat(w, 1, row.data());
   EXPECT_FALSE(std::isnan(row[31]));
@@ -246,38 +257,6 @@ TEST(Mxfp4Bf16In, RoundsInputsToNearestEven) {
       EXPECT_EQ(y, cs[1]) << "avx512, x = " << cs[0];
     }
   }
-}
-
-TEST(Mxfp4Bf16In, EveryByteValueAndEveryScaleByte) {
-  const int64_t cols = 512;
-  std::vector<uint8_t> packed(2 * 256), scales(2 * 16);
-  for (int r = 0; r < 2; ++r) {
-    for (int b = 0; b < 256; ++b) packed[r * 256 + b] = static_cast<uint8_t>(b);
-    for (int g = 0; g < 16; ++g) scales[r * 16 + g] = r == 0 ? 120 : 127;
-  }
-  RunBf16In(MakeMxfp4(packed, scales, 2, cols), RandomFloats(3 * cols, 12), 3, 1e-5);
-  for (int s = 0; s < 255; ++s) {
-    std::vector<uint8_t> p(32, 0);
-    p[5] = 0x20;  // element 11 = 1.0
-    const uint8_t sc[2] = {static_cast<uint8_t>(s), 127};
-    const Mxfp4Mat w{p.data(), sc, 1, 64, 32};
-    const std::vector<float> x(64, 1.0f);
-    float y = 0;
-    MatmulMxfp4Bf16In(w, x.data(), 1, &y);
-    EXPECT_EQ(static_cast<double>(y), std::ldexp(1.0, s - 127)) << "scale byte " << s;
-  }
-}
-
-TEST(Mxfp4Bf16In, Scale255IsNaNForItsRowOnly) {
-  auto packed = RandomBytes(3 * 32, 5);
-  std::vector<uint8_t> scales = {120, 121, 122, 255, 127, 126};
-  const Mxfp4Mat w{packed.data(), scales.data(), 3, 64, 32};
-  const auto x = RandomFloats(64, 6);
-  std::vector<float> y(3);
-  MatmulMxfp4Bf16In(w, x.data(), 1, y.data());
-  EXPECT_FALSE(std::isnan(y[0]));
-  EXPECT_TRUE(std::isnan(y[1]));
-  EXPECT_FALSE(std::isnan(y[2]));
 }
 
 TEST(Mxfp4Bf16In, OtherGroupSizesFallBack) {
