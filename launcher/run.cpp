@@ -18,8 +18,8 @@
 #include "common/ipc/shm_arena.h"
 #include "common/ipc/slot_table.h"
 #include "common/ipc/zmq_channel.h"
-#include "launcher/tokenizer_client.h"
 #include "common/median.h"
+#include "launcher/tokenizer_client.h"
 #include "proc_stats.h"
 #include "supervisor.h"
 

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "../../common/word_sum.h"
+
 namespace k3::compute {
 
 double ProbeReadGBs(const std::vector<MemRegion>& regions) {
@@ -12,12 +14,8 @@ double ProbeReadGBs(const std::vector<MemRegion>& regions) {
   for (const MemRegion& r : regions) {
     if (bytes >= kProbeMaxBytes) break;
     // 64-bit words; a tail of under 8 bytes is not worth reading.
-    const auto* p = static_cast<const uint64_t*>(r.data);
     const int64_t n = static_cast<int64_t>(std::min<uint64_t>(r.bytes, kProbeMaxBytes - bytes) / 8);
-    uint64_t s = 0;
-#pragma omp parallel for schedule(static) reduction(+ : s)
-    for (int64_t i = 0; i < n; ++i) s += p[i];
-    total += s;
+    total += ParallelWordSum(static_cast<const uint64_t*>(r.data), n);
     bytes += static_cast<uint64_t>(n) * 8;
   }
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -18,17 +18,13 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/median.h"
+#include "common/word_sum.h"
 #include "services/compute/kernels/matmul.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Median seconds of `reps` runs of fn after one warm-up run.
 double TimeMedian(int reps, const std::function<void()>& fn) {
@@ -39,7 +35,7 @@ double TimeMedian(int reps, const std::function<void()>& fn) {
     fn();
     s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  return Median(s);
+  return k3::Median(s);
 }
 
 // Read bandwidth: sum a buffer far larger than any cache with `threads` threads.
@@ -49,10 +45,7 @@ double BaselineGBs(const std::vector<uint64_t>& buf, int threads, int reps) {
   const int64_t n = static_cast<int64_t>(buf.size());
   const uint64_t* p = buf.data();
   const double sec = TimeMedian(reps, [&] {
-    uint64_t total = 0;
-#pragma omp parallel for schedule(static) reduction(+ : total)
-    for (int64_t i = 0; i < n; ++i) total += p[i];
-    sink = sink + total;
+    sink = sink + k3::ParallelWordSum(p, n);
   });
   return static_cast<double>(n) * 8.0 / sec / 1e9;
 }

@@ -18,19 +18,7 @@
 #include <vector>
 
 #include "common/median.h"
-
-namespace {
-
-// Sums 64-bit words; integer adds vectorise without reassociation flags, and the sum is
-// printed so the reads cannot be optimised away.
-uint64_t SumWords(const uint64_t* p, size_t n) {
-  uint64_t s = 0;
-#pragma omp parallel for schedule(static) reduction(+ : s)
-  for (size_t i = 0; i < n; ++i) s += p[i];
-  return s;
-}
-
-}  // namespace
+#include "common/word_sum.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"k3-bench-membw: memory read bandwidth (all cores, buffer >> caches)"};
@@ -55,13 +43,13 @@ int main(int argc, char** argv) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; ++i) raw[i] = i * 0x9E3779B97F4A7C15ull;
 
-  uint64_t check = SumWords(raw, n);  // warm-up pass
+  uint64_t check = k3::ParallelWordSum(raw, static_cast<int64_t>(n));  // warm-up pass
   double best = 1e30, total = 0;
   std::vector<double> gbs;
   std::string passes;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    check ^= SumWords(raw, n);
+    check ^= k3::ParallelWordSum(raw, static_cast<int64_t>(n));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::min(best, s);
     total += s;
