@@ -32,6 +32,11 @@ void Mxfp4Avx2(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64
                int64_t group, const float* scale, const float* x, int64_t T, float* x_perm,
                float* y);
 
+// The AVX-512 (F/BW/VL) f32-input MXFP4 body, group 32 only. `x` holds T*cols floats: per
+// token and 32-column block, x[4k] for k < 8, then x[4k+2], x[4k+1], x[4k+3].
+void Mxfp4Avx512(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                 const float* scale, const float* x, int64_t T, float* y);
+
 // MXFP4 with bf16 inputs (group 32 only), AVX512-BF16 body. `xb` holds T*cols bf16 words: per
 // token and 32-column block, bf16(x[2i]) for i < 16 then bf16(x[2i+1]) (Mxfp4Bf16X below).
 void Mxfp4Bf16InAvx512(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,

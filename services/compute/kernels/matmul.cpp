@@ -1,6 +1,6 @@
-// Public entry points of matmul.h: argument checks, the one-time ISA choice, and the small
-// helpers (format conversions, row decode, transposed product) that are not hot enough to need
-// an AVX2 body.
+// Public entry points of matmul.h: argument checks, the one-time ISA choice, the x layouts of the
+// AVX-512 bodies, and the small helpers (format conversions, row decode, transposed product) that
+// are not hot enough to need an AVX2 body.
 #include "matmul.h"
 
 #include <cmath>
@@ -41,13 +41,15 @@ bool UseAvx2() {
   return use;
 }
 
-bool UseAvx512Bf16() {
+bool UseAvx512() {
   static const bool use = [] {
     const char* no = std::getenv("K3_NO_AVX512");
-    return UseAvx2() && !(no != nullptr && std::strcmp(no, "1") == 0) && CpuHasAvx512Bf16();
+    return UseAvx2() && !(no != nullptr && std::strcmp(no, "1") == 0) && CpuHasAvx512();
   }();
   return use;
 }
+
+bool UseAvx512Bf16() { return UseAvx512() && CpuHasAvx512Bf16(); }
 
 void CheckAvx2() {
   if (!CpuHasAvx2Fma()) throw RuntimeFailure("matmul: AVX2 kernel called on a CPU without AVX2+FMA");
@@ -93,6 +95,14 @@ bool CheckActivations(int64_t rows, int64_t cols, const float* X, int64_t T, flo
   return true;
 }
 
+// Checks for the two AVX-512 bodies (group 32 only). Returns false when there is nothing to do.
+bool CheckAvx512Body(const Mxfp4Mat& W, const float* X, int64_t T, float* Y, bool cpu_has, const char* body) {
+  CheckMxfp4(W);
+  if (!cpu_has) throw RuntimeFailure(std::string("matmul: ") + body + " kernel called on a CPU without it");
+  if (W.group != 32) throw BadModel(std::string("mxfp4: the ") + body + " body needs group 32, not " + std::to_string(W.group));
+  return CheckActivations(W.rows, W.cols, X, T, Y);
+}
+
 }  // namespace
 
 float E2M1Value(uint8_t nibble) { return kE2M1[nibble & 0x0F]; }
@@ -118,15 +128,22 @@ bool CpuHasAvx2Fma() {
   return has;
 }
 
-bool CpuHasAvx512Bf16() {
+bool CpuHasAvx512() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+                          __builtin_cpu_supports("avx512vl");
+  return has;
+}
+
+bool CpuHasAvx512Bf16() {
+  static const bool has = CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
   return has;
 }
 
 const char* ActiveIsa() { return UseAvx2() ? "avx2" : "scalar"; }
 
-const char* ActiveMxfp4Bf16InIsa() { return UseAvx512Bf16() ? "avx512bf16" : ActiveIsa(); }
+const char* ActiveMxfp4Isa() { return UseAvx512() ? "avx512" : ActiveIsa(); }
+
+const char* ActiveMxfp4Bf16InIsa() { return UseAvx512Bf16() ? "avx512bf16" : ActiveMxfp4Isa(); }
 
 void MatmulScalar(const DenseMat& W, const float* X, int64_t T, float* Y) {
   CheckDense(W);
@@ -172,8 +189,26 @@ void MatmulMxfp4Avx2(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
   detail::Mxfp4Avx2(W.packed, W.scales, W.rows, W.cols, W.group, Tables().scale, X, T, x_perm.data(), Y);
 }
 
+void MatmulMxfp4Avx512(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
+  if (!CheckAvx512Body(W, X, T, Y, CpuHasAvx512(), "AVX-512 (F/BW/VL)")) return;
+  // x in the body's lane order, once per call (reused per calling thread, as below).
+  thread_local std::vector<float> xl;
+  xl.resize(static_cast<size_t>(T * W.cols));
+  for (int64_t b = 0; b < T * W.cols; b += 32) {
+    for (int64_t k = 0; k < 8; ++k) {
+      xl[b + k] = X[b + 4 * k];
+      xl[b + 8 + k] = X[b + 4 * k + 2];
+      xl[b + 16 + k] = X[b + 4 * k + 1];
+      xl[b + 24 + k] = X[b + 4 * k + 3];
+    }
+  }
+  detail::Mxfp4Avx512(W.packed, W.scales, W.rows, W.cols, Tables().scale, xl.data(), T, Y);
+}
+
 void MatmulMxfp4(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
-  if (UseAvx2()) {
+  if (UseAvx512() && W.group == 32) {
+    MatmulMxfp4Avx512(W, X, T, Y);
+  } else if (UseAvx2()) {
     MatmulMxfp4Avx2(W, X, T, Y);
   } else {
     MatmulMxfp4Scalar(W, X, T, Y);
@@ -181,10 +216,7 @@ void MatmulMxfp4(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
 }
 
 void MatmulMxfp4Bf16InAvx512(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
-  CheckMxfp4(W);
-  if (!CpuHasAvx512Bf16()) throw RuntimeFailure("matmul: AVX512-BF16 kernel called on a CPU without it");
-  if (W.group != 32) throw BadModel("mxfp4: the AVX512-BF16 body needs group 32, not " + std::to_string(W.group));
-  if (!CheckActivations(W.rows, W.cols, X, T, Y)) return;
+  if (!CheckAvx512Body(W, X, T, Y, CpuHasAvx512Bf16(), "AVX512-BF16")) return;
   // x in the body's lane order, rounded once per call (reused per calling thread: the experts
   // call this three times per expert per layer).
   thread_local std::vector<uint16_t> xb;

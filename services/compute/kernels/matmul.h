@@ -8,7 +8,9 @@
 // token by token, or with 1 or N threads, gives bit-identical results.
 //
 // Every entry point has a scalar twin (`_scalar`) and an AVX2+FMA body (`_avx2`); the plain
-// name dispatches once at start-up (AVX2 when the CPU has it, unless K3_FORCE_SCALAR=1).
+// name dispatches once at start-up (AVX2 when the CPU has it, unless K3_FORCE_SCALAR=1). The
+// MXFP4 product also has an AVX-512 body, chosen where the CPU has AVX-512 F/BW/VL and the group
+// is 32, unless K3_NO_AVX512=1 (or K3_FORCE_SCALAR=1).
 #pragma once
 #include <cstdint>
 
@@ -43,12 +45,16 @@ void MatmulAvx2(const DenseMat& W, const float* X, int64_t T, float* Y);
 void MatmulMxfp4(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
 void MatmulMxfp4Scalar(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
 void MatmulMxfp4Avx2(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
+// vpermw decoding, ~13 vector ops per 32 weights instead of ~17; group 32 only. Same exactness
+// as the AVX2 body (exact products, f32 sums); the lane order of the sums differs, so the last
+// bits can too.
+void MatmulMxfp4Avx512(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
 
 // The MXFP4 product with X rounded to bf16 first (round to nearest even), which is how the
 // official reference feeds the routed experts (bf16 activations, K3-MODEL.md §3.0). Products
 // stay exact (bf16 input times E2M1 times a power of two), sums are f32; only the inputs lose
 // bits. Where the CPU has AVX512-BF16 (and the group is 32) the body needs ~7 vector ops per 32
-// weights instead of ~17; elsewhere X is rounded and the f32 body runs. Same determinism
+// weights instead of ~13-17; elsewhere X is rounded and the dispatched f32 body runs. Same determinism
 // contract as the others, per selected body. K3_NO_AVX512=1 skips the AVX512 body.
 void MatmulMxfp4Bf16In(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
 void MatmulMxfp4Bf16InAvx512(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);  // group 32
@@ -69,9 +75,11 @@ float E2M1Value(uint8_t nibble);
 float E8M0Scale(uint8_t s);
 
 bool CpuHasAvx2Fma();
+bool CpuHasAvx512();      // AVX-512 F, BW and VL
 bool CpuHasAvx512Bf16();  // AVX-512 F, BW, VL and BF16
-const char* ActiveIsa();  // "avx2" or "scalar"
-const char* ActiveMxfp4Bf16InIsa();  // "avx512bf16", "avx2" or "scalar"
+const char* ActiveIsa();  // dense products: "avx2" or "scalar"
+const char* ActiveMxfp4Isa();  // MatmulMxfp4 at group 32: "avx512", "avx2" or "scalar"
+const char* ActiveMxfp4Bf16InIsa();  // "avx512bf16", or ActiveMxfp4Isa()
 
 // bf16 <-> f32 (bf16 is the top half of an f32; rounding to nearest even on the way down).
 inline float Bf16ToF32(uint16_t b) {

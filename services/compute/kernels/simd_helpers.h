@@ -1,4 +1,4 @@
-// Small helpers shared by the intrinsic bodies (matmul_avx2.cpp, matmul_avx512bf16.cpp) and
+// Small helpers shared by the intrinsic bodies (matmul_avx2.cpp, matmul_avx512*.cpp) and
 // included only by them, after <immintrin.h>. Everything here has internal linkage (anonymous
 // namespace), so each body keeps its own copy compiled with its own ISA flags; an inline
 // function with external linkage could be folded into one copy by the linker and run AVX-512

@@ -84,8 +84,10 @@ TEST(Isa, SelectionFollowsCpuAndEnvironment) {
   }
   const char* no512 = std::getenv("K3_NO_AVX512");
   const bool no_avx512 = no512 != nullptr && std::string(no512) == "1";
+  const std::string mx = ActiveMxfp4Isa();
+  EXPECT_EQ(mx, isa == "avx2" && !no_avx512 && CpuHasAvx512() ? "avx512" : isa);
   const std::string bf16in = ActiveMxfp4Bf16InIsa();
-  EXPECT_EQ(bf16in, isa == "avx2" && !no_avx512 && CpuHasAvx512Bf16() ? "avx512bf16" : isa);
+  EXPECT_EQ(bf16in, isa == "avx2" && !no_avx512 && CpuHasAvx512Bf16() ? "avx512bf16" : mx);
 }
 
 template <typename Fn>

@@ -135,6 +135,11 @@ TEST_F(Determinism, Avx2) {
   CheckContract(MxKernel("mxfp4 avx2", Mx(), MatmulMxfp4Avx2));
 }
 
+TEST_F(Determinism, Avx512) {
+  if (!CpuHasAvx512()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL";
+  CheckContract(MxKernel("mxfp4 avx512", Mx(), MatmulMxfp4Avx512));
+}
+
 TEST_F(Determinism, Avx512Bf16) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "CPU lacks AVX512-BF16";
   CheckContract(MxKernel("mxfp4 bf16-in avx512", Mx(), MatmulMxfp4Bf16InAvx512));

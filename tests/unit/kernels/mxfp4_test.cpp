@@ -1,7 +1,8 @@
 // MXFP4 products and decoding: every byte value, every scale byte, nibble order, odd shapes,
-// scalar and AVX2 against an independent double-precision decoder; the bf16-input product
+// the scalar, AVX2 and AVX-512 bodies against an independent double-precision decoder; the bf16-input product
 // (MatmulMxfp4Bf16In, dispatched and AVX512-BF16 body) against the same decoder on x rounded to
 // bf16 by an independent rounding.
+#include <string>
 #include <tuple>
 
 #include "kernel_test_util.h"
@@ -36,14 +37,24 @@ Mxfp4Case RandomMxfp4(int64_t rows, int64_t cols, uint32_t seed, int64_t group =
                    rows, cols, group);
 }
 
-void RunBoth(const Mxfp4Case& c, const std::vector<float>& X, int64_t T, double rel) {
-  std::vector<float> y(T * c.mat.rows, -7.0f);
-  MatmulMxfp4Scalar(c.mat, X.data(), T, y.data());
-  ExpectNearRef(c.rows_d, X.data(), T, y.data(), rel, "mxfp4 scalar");
-  if (CpuHasAvx2Fma()) {
+// The f32-input bodies this CPU can run for a group size (the AVX-512 one takes group 32 only).
+struct Body {
+  const char* name;
+  void (*fn)(const Mxfp4Mat&, const float*, int64_t, float*);
+};
+std::vector<Body> F32Bodies(int64_t group) {
+  std::vector<Body> bodies = {{"mxfp4 scalar", MatmulMxfp4Scalar}};
+  if (CpuHasAvx2Fma()) bodies.push_back({"mxfp4 avx2", MatmulMxfp4Avx2});
+  if (CpuHasAvx512() && group == 32) bodies.push_back({"mxfp4 avx512", MatmulMxfp4Avx512});
+  return bodies;
+}
+
+void RunBodies(const Mxfp4Case& c, const std::vector<float>& X, int64_t T, double rel) {
+  std::vector<float> y(T * c.mat.rows);
+  for (const Body& b : F32Bodies(c.mat.group)) {
     std::fill(y.begin(), y.end(), -7.0f);
-    MatmulMxfp4Avx2(c.mat, X.data(), T, y.data());
-    ExpectNearRef(c.rows_d, X.data(), T, y.data(), rel, "mxfp4 avx2");
+    b.fn(c.mat, X.data(), T, y.data());
+    ExpectNearRef(c.rows_d, X.data(), T, y.data(), rel, b.name);
   }
 }
 
@@ -78,10 +89,10 @@ void RunBf16In(const Mxfp4Case& c, const std::vector<float>& X, int64_t T, doubl
 using Shape = std::tuple<int64_t, int64_t, int64_t>;  // rows, cols, T
 class Mxfp4Shapes : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(Mxfp4Shapes, ScalarAndAvx2MatchDoubleReference) {
+TEST_P(Mxfp4Shapes, EveryBodyMatchesDoubleReference) {
   const auto [rows, cols, T] = GetParam();
   const Mxfp4Case c = RandomMxfp4(rows, cols, static_cast<uint32_t>(rows * 31 + cols));
-  RunBoth(c, RandomFloats(static_cast<size_t>(T * cols), 7), T, 1e-5);
+  RunBodies(c, RandomFloats(static_cast<size_t>(T * cols), 7), T, 1e-5);
 }
 
 TEST_P(Mxfp4Shapes, Bf16InputsMatchDoubleReferenceOnRoundedX) {
@@ -97,8 +108,9 @@ INSTANTIATE_TEST_SUITE_P(OddSizes, Mxfp4Shapes,
 
 TEST(Mxfp4, WiderGroupsMatchReference) {
   // Group 64 uses the AVX2 body's multi-block groups; group 16 falls back to the scalar body.
-  RunBoth(RandomMxfp4(9, 256, 41, 64), RandomFloats(3 * 256, 42), 3, 1e-5);
-  RunBoth(RandomMxfp4(9, 96, 43, 16), RandomFloats(2 * 96, 44), 2, 1e-5);
+  // (Neither reaches the AVX-512 body, which takes group 32 only: checked below.)
+  RunBodies(RandomMxfp4(9, 256, 41, 64), RandomFloats(3 * 256, 42), 3, 1e-5);
+  RunBodies(RandomMxfp4(9, 96, 43, 16), RandomFloats(2 * 96, 44), 2, 1e-5);
 }
 
 TEST(Mxfp4, EveryByteValueDecodesAndMultiplies) {
@@ -118,7 +130,7 @@ TEST(Mxfp4, EveryByteValueDecodesAndMultiplies) {
       ASSERT_EQ(std::signbit(row[k]), std::signbit(c.rows_d[r][k])) << "row " << r << " col " << k;
     }
   }
-  RunBoth(c, RandomFloats(3 * cols, 11), 3, 1e-5);
+  RunBodies(c, RandomFloats(3 * cols, 11), 3, 1e-5);
   RunBf16In(c, RandomFloats(3 * cols, 12), 3, 1e-5);
 }
 
@@ -147,16 +159,12 @@ TEST(Mxfp4, NibbleOrderLowIsEven) {
   std::vector<float> x0(32, 0.0f), x1(32, 0.0f);
   x0[0] = 1.0f;
   x1[1] = 1.0f;
-  float y = 0;
-  MatmulMxfp4Scalar(w, x0.data(), 1, &y);
-  EXPECT_EQ(y, 1.0f);
-  MatmulMxfp4Scalar(w, x1.data(), 1, &y);
-  EXPECT_EQ(y, 12.0f);
-  if (CpuHasAvx2Fma()) {
-    MatmulMxfp4Avx2(w, x0.data(), 1, &y);
-    EXPECT_EQ(y, 1.0f);
-    MatmulMxfp4Avx2(w, x1.data(), 1, &y);
-    EXPECT_EQ(y, 12.0f);
+  for (const Body& b : F32Bodies(32)) {
+    float y = 0;
+    b.fn(w, x0.data(), 1, &y);
+    EXPECT_EQ(y, 1.0f) << b.name;
+    b.fn(w, x1.data(), 1, &y);
+    EXPECT_EQ(y, 12.0f) << b.name;
   }
 }
 
@@ -171,11 +179,9 @@ TEST(Mxfp4, EveryScaleByteExact) {
     const std::vector<float> x(64, 1.0f);
     const double want = std::ldexp(1.0, s - 127);
     float y = 0;
-    MatmulMxfp4Scalar(w, x.data(), 1, &y);
-    EXPECT_EQ(static_cast<double>(y), want) << "scalar, scale byte " << s;
-    if (CpuHasAvx2Fma()) {
-      MatmulMxfp4Avx2(w, x.data(), 1, &y);
-      EXPECT_EQ(static_cast<double>(y), want) << "avx2, scale byte " << s;
+    for (const Body& b : F32Bodies(32)) {
+      b.fn(w, x.data(), 1, &y);
+      EXPECT_EQ(static_cast<double>(y), want) << b.name << ", scale byte " << s;
     }
     MatmulMxfp4Bf16In(w, x.data(), 1, &y);  // x = 1 is exact in bf16
     EXPECT_EQ(static_cast<double>(y), want) << "bf16-in dispatched, scale byte " << s;
@@ -196,7 +202,7 @@ TEST(Mxfp4, EveryScaleByteRandomContent) {
     const float shrink = s > 200 ? std::ldexp(1.0f, -20) : 1.0f;
     auto x = RandomFloats(2 * cols, 2000 + s, -shrink, shrink);
     SCOPED_TRACE("scale byte " + std::to_string(s));
-    RunBoth(c, x, 2, 1e-5);
+    RunBodies(c, x, 2, 1e-5);
   }
 }
 
@@ -207,15 +213,11 @@ TEST(Mxfp4, Scale255IsNaNForItsRowOnly) {
   const Mxfp4Mat w{packed.data(), scales.data(), rows, cols, 32};
   const auto x = RandomFloats(cols, 6);
   std::vector<float> y(rows);
-  MatmulMxfp4Scalar(w, x.data(), 1, y.data());
-  EXPECT_FALSE(std::isnan(y[0]));
-  EXPECT_TRUE(std::isnan(y[1]));
-  EXPECT_FALSE(std::isnan(y[2]));
-  if (CpuHasAvx2Fma()) {
-    MatmulMxfp4Avx2(w, x.data(), 1, y.data());
-    EXPECT_FALSE(std::isnan(y[0]));
-    EXPECT_TRUE(std::isnan(y[1]));
-    EXPECT_FALSE(std::isnan(y[2]));
+  for (const Body& b : F32Bodies(32)) {
+    b.fn(w, x.data(), 1, y.data());
+    EXPECT_FALSE(std::isnan(y[0])) << b.name;
+    EXPECT_TRUE(std::isnan(y[1])) << b.name;
+    EXPECT_FALSE(std::isnan(y[2])) << b.name;
   }
   MatmulMxfp4Bf16In(w, x.data(), 1, y.data());
   EXPECT_FALSE(std::isnan(y[0]));
@@ -229,8 +231,31 @@ TEST(Mxfp4, Scale255IsNaNForItsRowOnly) {
 
 TEST(Mxfp4, RealExpertSize) {
   // One w2-shaped slice (rows of 3072 inputs) and one w1-shaped slice (3584 inputs).
-  RunBoth(RandomMxfp4(21, 3072, 77), RandomFloats(3072 * 5, 78), 5, 1e-5);
-  RunBoth(RandomMxfp4(13, 3584, 79), RandomFloats(3584, 80), 1, 1e-5);
+  RunBodies(RandomMxfp4(21, 3072, 77), RandomFloats(3072 * 5, 78), 5, 1e-5);
+  RunBodies(RandomMxfp4(13, 3584, 79), RandomFloats(3584, 80), 1, 1e-5);
+}
+
+TEST(Mxfp4, DispatchRunsTheNamedBody) {
+  // MatmulMxfp4 gives bit for bit what the body ActiveMxfp4Isa() names gives, at group 32; other
+  // groups never reach the AVX-512 body, which refuses them.
+  const Mxfp4Case c = RandomMxfp4(19, 3584, 91);
+  const auto x = RandomFloats(3584 * 3, 92);
+  std::vector<float> yd(3 * 19), yb(3 * 19);
+  MatmulMxfp4(c.mat, x.data(), 3, yd.data());
+  const std::string isa = ActiveMxfp4Isa();
+  if (isa == "avx512") {
+    MatmulMxfp4Avx512(c.mat, x.data(), 3, yb.data());
+  } else if (isa == "avx2") {
+    MatmulMxfp4Avx2(c.mat, x.data(), 3, yb.data());
+  } else {
+    ASSERT_EQ(isa, "scalar");
+    MatmulMxfp4Scalar(c.mat, x.data(), 3, yb.data());
+  }
+  EXPECT_TRUE(BitEqual(yd, yb)) << isa;
+  if (CpuHasAvx512()) {
+    const Mxfp4Case c64 = RandomMxfp4(3, 128, 93, 64);
+    EXPECT_THROW(MatmulMxfp4Avx512(c64.mat, x.data(), 1, yb.data()), k3::Error);
+  }
 }
 
 TEST(Mxfp4Bf16In, RoundsInputsToNearestEven) {
