@@ -29,7 +29,7 @@ bool ExpertInputsBf16(const std::string& name) {
 }
 
 const char* ExpertIsa(const ModelConfig& cfg) {
-  return cfg.expert_inputs_bf16 ? kern::ActiveMxfp4Bf16InIsa() : kern::ActiveMxfp4Isa();
+  return cfg.expert_inputs_bf16 ? kern::ActiveMxfp4Bf16InIsa() : kern::ActiveIsa();
 }
 
 void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,

@@ -136,8 +136,8 @@ int Run(int argc, char** argv) {
   std::vector<Isa> isas;
   if (!skip_scalar) isas.push_back({"scalar", k3::kern::MatmulScalar, k3::kern::MatmulMxfp4Scalar});
   if (k3::kern::CpuHasAvx2Fma()) isas.push_back({"avx2", k3::kern::MatmulAvx2, k3::kern::MatmulMxfp4Avx2});
-  // The AVX-512 f32-input MXFP4 body (the default where the CPU has it); no dense twin.
-  if (k3::kern::CpuHasAvx512()) isas.push_back({"avx512", nullptr, k3::kern::MatmulMxfp4Avx512});
+  // The AVX-512 bodies (the defaults where the CPU has them).
+  if (k3::kern::CpuHasAvx512()) isas.push_back({"avx512", k3::kern::MatmulAvx512, k3::kern::MatmulMxfp4Avx512});
   // The bf16-input MXFP4 body (routed experts with expert_inputs = "bf16"); no dense twin.
   if (k3::kern::CpuHasAvx512Bf16()) isas.push_back({"bf16in", nullptr, k3::kern::MatmulMxfp4Bf16InAvx512});
 

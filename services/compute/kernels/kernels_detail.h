@@ -23,6 +23,10 @@ void DenseScalar(const void* w, bool bf16, int64_t rows, int64_t cols, const flo
 void DenseAvx2(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x, int64_t T,
                float* x_split, float* y);
 inline int64_t Bf16XStride(int64_t cols) { return (cols + 15) / 16 * 16; }
+// The AVX-512 (VL) one-token dense body: DenseAvx2's arithmetic, bit for bit, with 12 rows in
+// flight. Same scratch as DenseAvx2 with T = 1.
+void DenseAvx512T1(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x,
+                   float* x_split, float* y);
 
 // `scale` maps an E8M0 byte to 2^(s-127) (NaN for 255). The AVX2 body needs group % 32 == 0
 // and scratch space `x_perm` of T*cols floats (it reorders x to its decode lane order).

@@ -103,6 +103,22 @@ bool CheckAvx512Body(const Mxfp4Mat& W, const float* X, int64_t T, float* Y, boo
   return CheckActivations(W.rows, W.cols, X, T, Y);
 }
 
+// The vector dense bodies; `wide` runs one token on the AVX-512 body (DenseAvx512T1).
+void DenseVector(const DenseMat& W, const float* X, int64_t T, float* Y, bool wide) {
+  CheckDense(W);
+  if (!CheckActivations(W.rows, W.cols, X, T, Y)) return;
+  const bool bf16 = W.format == WFormat::BF16;
+  // Reused per calling thread: decode calls this hundreds of times per token.
+  thread_local std::vector<float> x_split;
+  if (bf16) x_split.resize(static_cast<size_t>(T * detail::Bf16XStride(W.cols)));
+  float* xs = bf16 ? x_split.data() : nullptr;
+  if (wide && T == 1) {
+    detail::DenseAvx512T1(W.data, bf16, W.rows, W.cols, X, xs, Y);
+  } else {
+    detail::DenseAvx2(W.data, bf16, W.rows, W.cols, X, T, xs, Y);
+  }
+}
+
 }  // namespace
 
 float E2M1Value(uint8_t nibble) { return kE2M1[nibble & 0x0F]; }
@@ -139,11 +155,9 @@ bool CpuHasAvx512Bf16() {
   return has;
 }
 
-const char* ActiveIsa() { return UseAvx2() ? "avx2" : "scalar"; }
+const char* ActiveIsa() { return UseAvx512() ? "avx512" : UseAvx2() ? "avx2" : "scalar"; }
 
-const char* ActiveMxfp4Isa() { return UseAvx512() ? "avx512" : ActiveIsa(); }
-
-const char* ActiveMxfp4Bf16InIsa() { return UseAvx512Bf16() ? "avx512bf16" : ActiveMxfp4Isa(); }
+const char* ActiveMxfp4Bf16InIsa() { return UseAvx512Bf16() ? "avx512bf16" : ActiveIsa(); }
 
 void MatmulScalar(const DenseMat& W, const float* X, int64_t T, float* Y) {
   CheckDense(W);
@@ -152,18 +166,19 @@ void MatmulScalar(const DenseMat& W, const float* X, int64_t T, float* Y) {
 }
 
 void MatmulAvx2(const DenseMat& W, const float* X, int64_t T, float* Y) {
-  CheckDense(W);
   CheckAvx2();
-  if (!CheckActivations(W.rows, W.cols, X, T, Y)) return;
-  const bool bf16 = W.format == WFormat::BF16;
-  // Reused per calling thread: decode calls this hundreds of times per token.
-  thread_local std::vector<float> x_split;
-  if (bf16) x_split.resize(static_cast<size_t>(T * detail::Bf16XStride(W.cols)));
-  detail::DenseAvx2(W.data, bf16, W.rows, W.cols, X, T, bf16 ? x_split.data() : nullptr, Y);
+  DenseVector(W, X, T, Y, false);
+}
+
+void MatmulAvx512(const DenseMat& W, const float* X, int64_t T, float* Y) {
+  if (!CpuHasAvx512()) throw RuntimeFailure("matmul: AVX-512 (F/BW/VL) kernel called on a CPU without it");
+  DenseVector(W, X, T, Y, true);
 }
 
 void Matmul(const DenseMat& W, const float* X, int64_t T, float* Y) {
-  if (UseAvx2()) {
+  if (UseAvx512()) {
+    MatmulAvx512(W, X, T, Y);
+  } else if (UseAvx2()) {
     MatmulAvx2(W, X, T, Y);
   } else {
     MatmulScalar(W, X, T, Y);

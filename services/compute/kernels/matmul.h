@@ -8,9 +8,11 @@
 // token by token, or with 1 or N threads, gives bit-identical results.
 //
 // Every entry point has a scalar twin (`_scalar`) and an AVX2+FMA body (`_avx2`); the plain
-// name dispatches once at start-up (AVX2 when the CPU has it, unless K3_FORCE_SCALAR=1). The
-// MXFP4 product also has an AVX-512 body, chosen where the CPU has AVX-512 F/BW/VL and the group
-// is 32, unless K3_NO_AVX512=1 (or K3_FORCE_SCALAR=1).
+// name dispatches once at start-up (AVX2 when the CPU has it, unless K3_FORCE_SCALAR=1). Both
+// products also have an AVX-512 body (`_avx512`), chosen where the CPU has AVX-512 F/BW/VL
+// unless K3_NO_AVX512=1 (or K3_FORCE_SCALAR=1): the dense one runs the AVX2 arithmetic bit for
+// bit with more rows in flight; the MXFP4 one (group 32; other groups take the AVX2 body)
+// decodes faster and sums in another lane order.
 #pragma once
 #include <cstdint>
 
@@ -41,6 +43,7 @@ struct Mxfp4Mat {
 void Matmul(const DenseMat& W, const float* X, int64_t T, float* Y);
 void MatmulScalar(const DenseMat& W, const float* X, int64_t T, float* Y);
 void MatmulAvx2(const DenseMat& W, const float* X, int64_t T, float* Y);
+void MatmulAvx512(const DenseMat& W, const float* X, int64_t T, float* Y);  // = MatmulAvx2's bits
 
 void MatmulMxfp4(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
 void MatmulMxfp4Scalar(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
@@ -77,9 +80,8 @@ float E8M0Scale(uint8_t s);
 bool CpuHasAvx2Fma();
 bool CpuHasAvx512();      // AVX-512 F, BW and VL
 bool CpuHasAvx512Bf16();  // AVX-512 F, BW, VL and BF16
-const char* ActiveIsa();  // dense products: "avx2" or "scalar"
-const char* ActiveMxfp4Isa();  // MatmulMxfp4 at group 32: "avx512", "avx2" or "scalar"
-const char* ActiveMxfp4Bf16InIsa();  // "avx512bf16", or ActiveMxfp4Isa()
+const char* ActiveIsa();  // "avx512", "avx2" or "scalar" (Matmul, and MatmulMxfp4 at group 32)
+const char* ActiveMxfp4Bf16InIsa();  // "avx512bf16", or ActiveIsa()
 
 // bf16 <-> f32 (bf16 is the top half of an f32; rounding to nearest even on the way down).
 inline float Bf16ToF32(uint16_t b) {

@@ -76,18 +76,18 @@ TEST(Bf16, MatchesNearestEvenOracle) {
 TEST(Isa, SelectionFollowsCpuAndEnvironment) {
   const char* force = std::getenv("K3_FORCE_SCALAR");
   const bool forced = force != nullptr && std::string(force) == "1";
+  const char* no512 = std::getenv("K3_NO_AVX512");
+  const bool no_avx512 = no512 != nullptr && std::string(no512) == "1";
   const std::string isa = ActiveIsa();
   if (forced || !CpuHasAvx2Fma()) {
     EXPECT_EQ(isa, "scalar");
+  } else if (!no_avx512 && CpuHasAvx512()) {
+    EXPECT_EQ(isa, "avx512");
   } else {
     EXPECT_EQ(isa, "avx2");
   }
-  const char* no512 = std::getenv("K3_NO_AVX512");
-  const bool no_avx512 = no512 != nullptr && std::string(no512) == "1";
-  const std::string mx = ActiveMxfp4Isa();
-  EXPECT_EQ(mx, isa == "avx2" && !no_avx512 && CpuHasAvx512() ? "avx512" : isa);
   const std::string bf16in = ActiveMxfp4Bf16InIsa();
-  EXPECT_EQ(bf16in, isa == "avx2" && !no_avx512 && CpuHasAvx512Bf16() ? "avx512bf16" : mx);
+  EXPECT_EQ(bf16in, isa == "avx512" && CpuHasAvx512Bf16() ? "avx512bf16" : isa);
 }
 
 template <typename Fn>

@@ -1,5 +1,5 @@
-// Dense (f32, bf16) products: scalar and AVX2 bodies against a double-precision product on odd
-// shapes, the dispatcher, the transposed product and row conversion.
+// Dense (f32, bf16) products: scalar, AVX2 and AVX-512 bodies against a double-precision product
+// on odd shapes, the dispatcher, the transposed product and row conversion.
 #include <omp.h>
 
 #include <tuple>
@@ -53,7 +53,7 @@ using Shape = std::tuple<WFormat, int64_t, int64_t, int64_t>;  // format, rows, 
 
 class DenseShapes : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(DenseShapes, ScalarAndAvx2MatchDoubleReference) {
+TEST_P(DenseShapes, EveryBodyMatchesDoubleReference) {
   const auto [fmt, rows, cols, T] = GetParam();
   const DenseCase c = MakeDense(fmt, rows, cols, static_cast<uint32_t>(rows * 7919 + cols));
   const auto X = RandomFloats(static_cast<size_t>(T * cols), 99);
@@ -65,14 +65,20 @@ TEST_P(DenseShapes, ScalarAndAvx2MatchDoubleReference) {
     MatmulAvx2(c.mat, X.data(), T, yv.data());
     ExpectNearRef(c.rows_d, X.data(), T, yv.data(), 1e-5, "avx2");
   }
-  // The dispatcher is exactly one of the two bodies.
-  EXPECT_TRUE(BitEqual(yd, std::string(ActiveIsa()) == "avx2" ? yv : ys));
+  if (CpuHasAvx512()) {
+    // The same arithmetic as the AVX2 body with more rows in flight: identical bits.
+    std::vector<float> yw(T * rows, -7.0f);
+    MatmulAvx512(c.mat, X.data(), T, yw.data());
+    EXPECT_TRUE(BitEqual(yw, yv)) << "avx512 vs avx2";
+  }
+  // The dispatcher is exactly one of the bodies.
+  EXPECT_TRUE(BitEqual(yd, std::string(ActiveIsa()) == "scalar" ? ys : yv));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     OddSizes, DenseShapes,
     ::testing::Combine(::testing::Values(WFormat::F32, WFormat::BF16),
-                       ::testing::Values(1, 3, 17, 37),           // rows (block of 16 / 4)
+                       ::testing::Values(1, 3, 17, 37, 61),       // rows (blocks of 16/8/4; 48/12)
                        ::testing::Values(1, 7, 15, 16, 33, 257, 1000, 1553),  // tails of 16, column chunks
                        ::testing::Values(1, 2, 3, 5, 9)));        // tokens: blocks of 4
 

@@ -137,6 +137,8 @@ TEST_F(Determinism, Avx2) {
 
 TEST_F(Determinism, Avx512) {
   if (!CpuHasAvx512()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL";
+  CheckContract(DenseKernel("f32 avx512", F32(), MatmulAvx512));
+  CheckContract(DenseKernel("bf16 avx512", Bf16(), MatmulAvx512));
   CheckContract(MxKernel("mxfp4 avx512", Mx(), MatmulMxfp4Avx512));
 }
 
@@ -146,6 +148,7 @@ TEST_F(Determinism, Avx512Bf16) {
 }
 
 TEST_F(Determinism, Dispatched) {
+  CheckContract(DenseKernel("f32 dispatched", F32(), Matmul));
   CheckContract(DenseKernel("bf16 dispatched", Bf16(), Matmul));
   CheckContract(MxKernel("mxfp4 dispatched", Mx(), MatmulMxfp4));
   CheckContract(MxKernel("mxfp4 bf16-in dispatched", Mx(), MatmulMxfp4Bf16In));

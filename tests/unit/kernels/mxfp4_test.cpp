@@ -236,13 +236,13 @@ TEST(Mxfp4, RealExpertSize) {
 }
 
 TEST(Mxfp4, DispatchRunsTheNamedBody) {
-  // MatmulMxfp4 gives bit for bit what the body ActiveMxfp4Isa() names gives, at group 32; other
+  // MatmulMxfp4 gives bit for bit what the body ActiveIsa() names gives, at group 32; other
   // groups never reach the AVX-512 body, which refuses them.
   const Mxfp4Case c = RandomMxfp4(19, 3584, 91);
   const auto x = RandomFloats(3584 * 3, 92);
   std::vector<float> yd(3 * 19), yb(3 * 19);
   MatmulMxfp4(c.mat, x.data(), 3, yd.data());
-  const std::string isa = ActiveMxfp4Isa();
+  const std::string isa = ActiveIsa();
   if (isa == "avx512") {
     MatmulMxfp4Avx512(c.mat, x.data(), 3, yb.data());
   } else if (isa == "avx2") {
