@@ -95,11 +95,15 @@ bool CheckActivations(int64_t rows, int64_t cols, const float* X, int64_t T, flo
   return true;
 }
 
-// Checks for the two AVX-512 bodies (group 32 only). Returns false when there is nothing to do.
-bool CheckAvx512Body(const Mxfp4Mat& W, const float* X, int64_t T, float* Y, bool cpu_has, const char* body) {
+// Checks for the two AVX-512 MXFP4 bodies (group 32 only). Returns false when there is nothing
+// to do.
+bool CheckAvx512Body(const Mxfp4Mat& W, const float* X, int64_t T, float* Y, bool cpu_has,
+                     const char* body) {
   CheckMxfp4(W);
   if (!cpu_has) throw RuntimeFailure(std::string("matmul: ") + body + " kernel called on a CPU without it");
-  if (W.group != 32) throw BadModel(std::string("mxfp4: the ") + body + " body needs group 32, not " + std::to_string(W.group));
+  if (W.group != 32) {
+    throw BadModel(std::string("mxfp4: the ") + body + " body needs group 32, not " + std::to_string(W.group));
+  }
   return CheckActivations(W.rows, W.cols, X, T, Y);
 }
 
@@ -171,7 +175,9 @@ void MatmulAvx2(const DenseMat& W, const float* X, int64_t T, float* Y) {
 }
 
 void MatmulAvx512(const DenseMat& W, const float* X, int64_t T, float* Y) {
-  if (!CpuHasAvx512()) throw RuntimeFailure("matmul: AVX-512 (F/BW/VL) kernel called on a CPU without it");
+  if (!CpuHasAvx512()) {
+    throw RuntimeFailure("matmul: AVX-512 (F/BW/VL) kernel called on a CPU without it");
+  }
   DenseVector(W, X, T, Y, true);
 }
 

@@ -4,12 +4,13 @@
 // 512-bit ones as two halves; measured no faster in the bf16-input body).
 //
 // The one-token dense product is the AVX2 body's code (dense_body.h) with 12 rows in flight
-// instead of 8, which AVX-512's 32 vector registers allow: same arithmetic per row, bit for bit,
-// and ~8% faster when the host's memory is in its fast phase (docs/benchmarks.md, finding 19).
+// instead of 8, which AVX-512's 32 vector registers allow: same arithmetic per row, bit for bit.
+// In a prototype it read ~8% more when the host's memory was in its fast phase
+// (docs/benchmarks.md, finding 19).
 //
-// Why the MXFP4 body is faster than the AVX2 one: vpermw turns 16 codes into 16 exact bf16 weights in one
-// instruction, and a bf16 word becomes an f32 with one shift (low word of a dword) or one AND
-// (high word). A 32-weight group costs 8 decode ops + 5 FMAs instead of 12 + 5; the products
+// Why the MXFP4 body is faster than the AVX2 one: vpermw turns 16 codes into 16 exact bf16
+// weights in one instruction, and a bf16 word becomes an f32 with one shift (low word of a dword)
+// or one AND (high word). A 32-weight group costs 8 decode ops + 5 FMAs instead of 12 + 5; the products
 // and the f32 sums are as exact as in the AVX2 body, only the lane order of the sums differs.
 // Keep this file free of std:: templates and other inline library code (see kernels_detail.h).
 #include <immintrin.h>
@@ -21,8 +22,8 @@
 namespace k3::kern::detail {
 namespace {
 
-// x laid out per 32-column block as [x(4k)][x(4k+2)][x(4k+1)][x(4k+3)], k = 0..7
-// (laid out by MatmulMxfp4Avx512 in matmul.cpp). Lane k of a group's sum: w[4k]x[4k], then + w[4k+2]x[4k+2],
+// x laid out per 32-column block as [x(4k)][x(4k+2)][x(4k+1)][x(4k+3)], k = 0..7 (laid out by
+// MatmulMxfp4Avx512 in matmul.cpp). Lane k of a group's sum: w[4k]x[4k], then + w[4k+2]x[4k+2],
 // + w[4k+1]x[4k+1], + w[4k+3]x[4k+3], one FMA rounding each.
 struct F32Dot {
   using XElem = float;
