@@ -42,7 +42,7 @@ void Mxfp4Avx512(const uint8_t* packed, const uint8_t* scales, int64_t rows, int
                  const float* scale, const float* x, int64_t T, float* y);
 
 // MXFP4 with bf16 inputs (group 32 only), AVX512-BF16 body. `xb` holds T*cols bf16 words: per
-// token and 32-column block, bf16(x[2i]) for i < 16 then bf16(x[2i+1]) (Mxfp4Bf16X below).
+// token and 32-column block, bf16(x[2i]) for i < 16 then bf16(x[2i+1]) (Mxfp4Bf16XLayout in matmul.cpp).
 void Mxfp4Bf16InAvx512(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
                        const float* scale, const uint16_t* xb, int64_t T, float* y);
 

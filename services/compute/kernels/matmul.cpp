@@ -107,6 +107,43 @@ bool CheckAvx512Body(const Mxfp4Mat& W, const float* X, int64_t T, float* Y, boo
   return CheckActivations(W.rows, W.cols, X, T, Y);
 }
 
+// x in the AVX-512 f32 body's lane order: per 32-column block x[4k] for k < 8, then x[4k+2],
+// x[4k+1], x[4k+3].
+void Mxfp4F32XLayout(const float* x, int64_t n, float* out) {
+  for (int64_t b = 0; b < n; b += 32) {
+    for (int64_t k = 0; k < 8; ++k) {
+      out[b + k] = x[b + 4 * k];
+      out[b + 8 + k] = x[b + 4 * k + 2];
+      out[b + 16 + k] = x[b + 4 * k + 1];
+      out[b + 24 + k] = x[b + 4 * k + 3];
+    }
+  }
+}
+
+// x rounded to bf16 in the AVX512-BF16 body's order: per 32-column block the even elements,
+// then the odd ones.
+void Mxfp4Bf16XLayout(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t b = 0; b < n; b += 32) {
+    for (int64_t i = 0; i < 16; ++i) {
+      out[b + i] = F32ToBf16(x[b + 2 * i]);
+      out[b + 16 + i] = F32ToBf16(x[b + 2 * i + 1]);
+    }
+  }
+}
+
+// One of the two AVX-512 MXFP4 bodies: checks, x in the body's layout (once per call; the
+// buffer is reused per calling thread, as the experts call this three times per expert per
+// layer), then the body.
+template <class XElem, class Body>
+void RunAvx512Body(const Mxfp4Mat& W, const float* X, int64_t T, float* Y, bool cpu_has,
+                   const char* name, void (*layout)(const float*, int64_t, XElem*), Body body) {
+  if (!CheckAvx512Body(W, X, T, Y, cpu_has, name)) return;
+  thread_local std::vector<XElem> xl;
+  xl.resize(static_cast<size_t>(T * W.cols));
+  layout(X, T * W.cols, xl.data());
+  body(W.packed, W.scales, W.rows, W.cols, Tables().scale, xl.data(), T, Y);
+}
+
 // The vector dense bodies; `wide` runs one token on the AVX-512 body (DenseAvx512T1).
 void DenseVector(const DenseMat& W, const float* X, int64_t T, float* Y, bool wide) {
   CheckDense(W);
@@ -211,19 +248,7 @@ void MatmulMxfp4Avx2(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
 }
 
 void MatmulMxfp4Avx512(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
-  if (!CheckAvx512Body(W, X, T, Y, CpuHasAvx512(), "AVX-512 (F/BW/VL)")) return;
-  // x in the body's lane order, once per call (reused per calling thread, as below).
-  thread_local std::vector<float> xl;
-  xl.resize(static_cast<size_t>(T * W.cols));
-  for (int64_t b = 0; b < T * W.cols; b += 32) {
-    for (int64_t k = 0; k < 8; ++k) {
-      xl[b + k] = X[b + 4 * k];
-      xl[b + 8 + k] = X[b + 4 * k + 2];
-      xl[b + 16 + k] = X[b + 4 * k + 1];
-      xl[b + 24 + k] = X[b + 4 * k + 3];
-    }
-  }
-  detail::Mxfp4Avx512(W.packed, W.scales, W.rows, W.cols, Tables().scale, xl.data(), T, Y);
+  RunAvx512Body<float>(W, X, T, Y, CpuHasAvx512(), "AVX-512 (F/BW/VL)", Mxfp4F32XLayout, detail::Mxfp4Avx512);
 }
 
 void MatmulMxfp4(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
@@ -237,18 +262,8 @@ void MatmulMxfp4(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
 }
 
 void MatmulMxfp4Bf16InAvx512(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {
-  if (!CheckAvx512Body(W, X, T, Y, CpuHasAvx512Bf16(), "AVX512-BF16")) return;
-  // x in the body's lane order, rounded once per call (reused per calling thread: the experts
-  // call this three times per expert per layer).
-  thread_local std::vector<uint16_t> xb;
-  xb.resize(static_cast<size_t>(T * W.cols));
-  for (int64_t b = 0; b < T * W.cols; b += 32) {
-    for (int64_t i = 0; i < 16; ++i) {
-      xb[b + i] = F32ToBf16(X[b + 2 * i]);
-      xb[b + 16 + i] = F32ToBf16(X[b + 2 * i + 1]);
-    }
-  }
-  detail::Mxfp4Bf16InAvx512(W.packed, W.scales, W.rows, W.cols, Tables().scale, xb.data(), T, Y);
+  RunAvx512Body<uint16_t>(W, X, T, Y, CpuHasAvx512Bf16(), "AVX512-BF16", Mxfp4Bf16XLayout,
+                          detail::Mxfp4Bf16InAvx512);
 }
 
 void MatmulMxfp4Bf16In(const Mxfp4Mat& W, const float* X, int64_t T, float* Y) {

@@ -23,7 +23,7 @@ namespace k3::kern::detail {
 namespace {
 
 // x laid out per 32-column block as [x(4k)][x(4k+2)][x(4k+1)][x(4k+3)], k = 0..7 (laid out by
-// MatmulMxfp4Avx512 in matmul.cpp). Lane k of a group's sum: w[4k]x[4k], then + w[4k+2]x[4k+2],
+// Mxfp4F32XLayout in matmul.cpp). Lane k of a group's sum: w[4k]x[4k], then + w[4k+2]x[4k+2],
 // + w[4k+1]x[4k+1], + w[4k+3]x[4k+3], one FMA rounding each.
 struct F32Dot {
   using XElem = float;

@@ -15,7 +15,7 @@
 namespace k3::kern::detail {
 namespace {
 
-// x laid out per 32-column block as [x_even 16][x_odd 16] in bf16 (Mxfp4Bf16X in matmul.cpp).
+// x laid out per 32-column block as [x_even 16][x_odd 16] in bf16 (Mxfp4Bf16XLayout in matmul.cpp).
 // Lane k of a group's sum gets w[4k]x[4k] + w[4k+2]x[4k+2] + w[4k+1]x[4k+1] + w[4k+3]x[4k+3],
 // one rounding per product pair.
 struct Bf16Dot {
