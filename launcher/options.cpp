@@ -61,6 +61,9 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "full_recompute") {
       if (!node.is_boolean()) throw bad("true or false");
       opt.full_recompute = *node.value<bool>();
+    } else if (k == "prefetch_hints") {
+      if (!node.is_boolean()) throw bad("true or false");
+      opt.prefetch_hints = *node.value<bool>();
     } else if (k == "out") opt.out = str();
     else throw UsageError(source_name + ": unknown key '" + k + "'");
   }
@@ -87,6 +90,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
   app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
+  bool no_hints = false;
+  app.add_flag("--no-prefetch-hints", no_hints, "do not send next-layer expert guesses to the fetcher");
   app.add_flag("--probe-membw", cli.probe_membw,
                "benchmarks: compute times one read of the resident weights after every decode step");
   try {
@@ -125,6 +130,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--inflight")) opt.inflight = cli.inflight;
   if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
   opt.dry_run = cli.dry_run;
+  if (no_hints) opt.prefetch_hints = false;
   opt.probe_membw = cli.probe_membw;
 
   if (opt.budget.empty()) throw UsageError("--budget is required (in the TOML or on the command line)");

@@ -25,6 +25,7 @@ struct LaunchOptions {
   std::string dump_cache_trace;  // directory for the fetcher's expert_hist.json + expert_trace.bin
   int64_t max_pinned_trunk = -1;
   bool full_recompute = false;
+  bool prefetch_hints = true;  // compute guesses each next layer's experts for the fetcher
   std::string out, dump_logits;
   bool dry_run = false;
   bool probe_membw = false;       // benchmarks: compute times a read of the resident weights per step

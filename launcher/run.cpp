@@ -96,6 +96,7 @@ class Runner {
   std::vector<int32_t> EncodePrompt();  // through the tokenizer service
   void PrintText();                     // generated text decoded so far (text prompts)
   void FlushText();                     // waits for the end of the decode stream
+  bool HintsSent() const { return HintsOffReason(opt_, m_, plan_) == nullptr; }
 
   const LaunchOptions& opt_;
   const ModelLayout& m_;
@@ -141,8 +142,7 @@ void Runner::Spawn() {
                                 "--inflight", inflight};
   if (!opt_.dump_cache_trace.empty()) x.insert(x.end(), {"--dump-cache-trace", opt_.dump_cache_trace});
   // Every expert has a slot: the fetcher reads them all ahead (nothing is ever evicted).
-  if (plan_.expert_slots >= (m_.cfg.num_layers - m_.cfg.first_k_dense_replace) * m_.cfg.num_experts)
-    x.push_back("--warm");
+  if (AllExpertsResident(m_, plan_)) x.push_back("--warm");
   sup_.Add({"expert-fetcher", x, true});
   std::vector<std::string> c = {bin + "/k3-compute", "--pipeline", "--model", opt_.model,
                                 "--control", control, "--endpoint", "ipc://" + run + "/compute",
@@ -152,6 +152,7 @@ void Runner::Spawn() {
   if (opt_.threads > 0) c.insert(c.end(), {"--threads", std::to_string(opt_.threads)});
   c.insert(c.end(), {"--expert-inputs", opt_.expert_inputs});
   if (opt_.probe_membw) c.push_back("--probe-membw");
+  if (HintsSent()) c.push_back("--prefetch-hints");
   if (!opt_.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt_.dump_logits});
   c.insert(c.end(), head_flags.begin(), head_flags.end());
   sup_.Add({"compute", c, false});
@@ -474,6 +475,11 @@ void Runner::WriteReport(const std::vector<int32_t>& ids) {
   r["trunk_wait_seconds_per_token"] = trunk_wait_tok;
   r["expert_wait_seconds_per_token"] = expert_wait_tok;
   r["compute_wait_seconds_per_token"] = trunk_wait_tok + expert_wait_tok;
+  // Next-layer guesses: how many of the routed experts they named, and the fetcher's reads.
+  r["prefetch_hints"] = HintsSent();
+  r["hint_recall"] = stat("compute", "hint_recall");
+  r["prefetch_reads"] = stat("expert-fetcher", "prefetch_reads");
+  r["prefetch_used"] = stat("expert-fetcher", "prefetch_used");
   int64_t total = 0;
   nlohmann::json mem = nlohmann::json::object();
   for (const auto& [name, pm] : peak_) {
@@ -496,6 +502,9 @@ void Runner::WriteReport(const std::vector<int32_t>& ids) {
                r["expert_hit_rate"].get<double>(), waits, 100 * r["io_share"].get<double>());
   std::fprintf(stderr, "[launch] compute waited on I/O %.4f s/token while decoding (trunk %.4f, experts %.4f) of %.4f s/token\n",
                trunk_wait_tok + expert_wait_tok, trunk_wait_tok, expert_wait_tok, r["seconds_per_token"].get<double>());
+  if (HintsSent())
+    std::fprintf(stderr, "[launch] next-layer expert hints: recall %.3f, %.0f experts read ahead, %.0f of them then requested\n",
+                 r["hint_recall"].get<double>(), r["prefetch_reads"].get<double>(), r["prefetch_used"].get<double>());
   if (stat("compute", "membw_probe_passes") > 0)
     std::fprintf(stderr, "[launch] read-bandwidth probe over the resident weights: median %.1f GB/s; median decode step %.4f s (compute's clock, probes excluded)\n",
                  stat("compute", "membw_probe_median_gbs"), stat("compute", "median_step_seconds"));
@@ -514,6 +523,23 @@ void Runner::WriteReport(const std::vector<int32_t>& ids) {
 }
 
 }  // namespace
+
+bool AllExpertsResident(const ModelLayout& m, const plan::MemoryPlan& p) {
+  return p.expert_slots >= (m.cfg.num_layers - m.cfg.first_k_dense_replace) * m.cfg.num_experts;
+}
+
+// Guesses pay off when experts are read during the run (not all resident), the arena has room
+// for a second layer's experts next to the current one's (the fetcher checks too), and the
+// whole trunk is pinned. With trunk layers streaming, the disk is never idle between expert
+// demands and a wrong guess takes bandwidth the trunk needs: measured 2.5% slower with 2 of 4
+// layers pinned, 10% faster with all pinned (docs/benchmarks.md, finding 21).
+const char* HintsOffReason(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p) {
+  if (!opt.prefetch_hints) return "switched off";
+  if (AllExpertsResident(m, p)) return "every expert has a slot";
+  if (p.expert_slots < 2 * m.cfg.top_k) return "fewer than 2 x top_k expert slots";
+  if (static_cast<int64_t>(p.pinned_layers.size()) < m.cfg.num_layers) return "trunk layers stream";
+  return nullptr;
+}
 
 int RunPipeline(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,
                 const PromptInput& prompt) {

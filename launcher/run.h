@@ -33,6 +33,12 @@ struct PromptInput {
   std::string tokenizer_dir;  // "" = no tokenizer service
 };
 
+// Every routed expert has a slot: the fetcher reads them all ahead (--warm).
+bool AllExpertsResident(const ModelLayout& m, const plan::MemoryPlan& p);
+// Why compute will not send next-layer expert hints (docs/pipeline.md "Next-layer expert
+// hints") under this plan, or null when it will.
+const char* HintsOffReason(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p);
+
 // Runs the prompt through the services; returns the exit code (throws k3::Error on failure).
 int RunPipeline(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,
                 const PromptInput& prompt);

@@ -33,7 +33,7 @@ const char* ExpertIsa(const ModelConfig& cfg) {
 }
 
 void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
-                const float* x, int64_t T, float* out, int32_t* topk_out) {
+                const float* x, int64_t T, float* out, int32_t* topk_out, const ExpertHint* hint) {
   const int64_t H = cfg.hidden_size, E = cfg.num_experts, K = cfg.top_k;
   const int64_t L = cfg.latent_size, I = cfg.moe_intermediate_size;
 
@@ -57,6 +57,7 @@ void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, Expe
     v.push_back(s);
   }
   experts.Request(layer, wanted);
+  if (hint) experts.Hint(hint->layer, hint->experts);
 
   // 4. latent down-projection; 8 (computed early). shared experts on the full x, unweighted.
   std::vector<float> xl(static_cast<size_t>(T * L));

@@ -87,10 +87,18 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
     }
     AttnResChunk(B, P.data(), w.mlp_res_fold, T, H, eps, a.data());
     RmsChunk(a.data(), w.post_norm, T, H, eps, x.data());
+    ExpertHint hint;
+    if (hints_on_ && T == 1 && l + 1 < cfg_.num_layers && !cfg_.is_dense(l + 1))
+      if (const LayerWeights* next = layers_.Peek(l + 1)) {
+        hint.layer = l + 1;
+        hint.experts = hints_.Guess(cfg_, l + 1, *next, a.data());
+      }
     if (w.dense) {
+      if (hint.layer >= 0) experts_.Hint(hint.layer, hint.experts);
       FfnForward(cfg_, w.dense_ffn, x.data(), T, o.data());
     } else {
-      MoeForward(cfg_, l, w.moe, experts_, x.data(), T, o.data(), topk.data());
+      MoeForward(cfg_, l, w.moe, experts_, x.data(), T, o.data(), topk.data(), hint.layer >= 0 ? &hint : nullptr);
+      if (T == 1) hints_.Score(l, topk.data(), cfg_.top_k);
     }
     layers_.Release(l);
     for (size_t i = 0; i < TH; ++i) P[i] += o[i];

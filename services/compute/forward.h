@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 
+#include "expert_hints.h"
 #include "sources.h"
 #include "state.h"
 #include "trace.h"
@@ -26,6 +27,10 @@ class Forward {
   // trace (may be null) gets the per-layer activations of these T tokens appended.
   void Run(const int32_t* ids, int64_t T, bool all_positions, float* logits, Tracer* trace);
 
+  // Next-layer expert hints (expert_hints.h) during one-token steps; off by default.
+  void EnableHints(bool on) { hints_on_ = on; }
+  const HintStats& hint_stats() const { return hints_.stats(); }
+
  private:
   const ModelConfig& cfg_;
   const GlobalWeights& g_;
@@ -33,6 +38,8 @@ class Forward {
   ExpertSource& experts_;
   HeadSource* head_ = nullptr;
   SequenceState state_;
+  bool hints_on_ = false;
+  NextLayerHints hints_;
 };
 
 }  // namespace k3::compute

@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_flag("--probe-membw", opt.probe_membw,
                "benchmarks: after every decode step, time one all-threads read of the resident weights");
+  app.add_flag("--prefetch-hints", opt.prefetch_hints,
+               "guess each next layer's experts during decode and hint them to the expert source "
+               "(standalone: only the guesses' recall is measured)");
   // Pipeline mode (spawned by k3-launch; docs/pipeline.md "Command lines").
   k3::compute::PipelineOptions pipe;
   bool pipeline = false;
@@ -60,6 +63,7 @@ int main(int argc, char** argv) {
       pipe.dump_logits = opt.dump_logits;
       pipe.expert_inputs = opt.expert_inputs;
       pipe.probe_membw = opt.probe_membw;
+      pipe.prefetch_hints = opt.prefetch_hints;
       return k3::compute::RunComputePipeline(pipe);
     }
     if (opt.model_dir.empty())

@@ -22,9 +22,17 @@ void MlaForward(const ModelConfig& cfg, const MlaWeights& w, MlaCache& cache, co
 void FfnForward(const ModelConfig& cfg, const FfnWeights& w, const float* x, int64_t T,
                 float* out);
 
-// Stable LatentMoE (§3.8); topk_out[T][top_k] receives the selected experts (may be null).
+// A guess to pass on to the expert source (ExpertSource::Hint) once this layer's own request
+// is out, so the source never sees the guess before the demand.
+struct ExpertHint {
+  int64_t layer = -1;
+  std::vector<int32_t> experts;
+};
+
+// Stable LatentMoE (§3.8); topk_out[T][top_k] receives the selected experts (may be null);
+// `hint` (may be null) is handed to `experts` right after this layer's request.
 void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
-                const float* x, int64_t T, float* out, int32_t* topk_out);
+                const float* x, int64_t T, float* out, int32_t* topk_out, const ExpertHint* hint = nullptr);
 
 // --expert-inputs: "f32" -> false, "bf16" -> true (ModelConfig::expert_inputs_bf16); anything
 // else is a UsageError. ExpertIsa names the body the routed-expert products run on.

@@ -35,6 +35,7 @@ class MmapLayerSource : public LayerSource {
                   const std::function<void(int64_t)>& progress = {});
   const LayerWeights& Acquire(int64_t layer) override;
   void Release(int64_t) override {}
+  const LayerWeights* Peek(int64_t layer) override { return &layers_.at(static_cast<size_t>(layer)); }
 
  private:
   std::vector<LayerWeights> layers_;

@@ -108,6 +108,8 @@ void ComputeService::Serve(const ipc::compute::Generate& g, const std::string&) 
                                   S("expert_requests", static_cast<double>(c.expert_requests)),
                                   S("expert_rerequests", static_cast<double>(c.expert_rerequests)),
                                   S("stale_refs", static_cast<double>(c.stale_refs)),
+                                  S("hints_sent", static_cast<double>(c.hints_sent)),
+                                  S("hint_recall", fwd_->hint_stats().recall()),
                                   S("rejected_messages", static_cast<double>(c.rejects.rejected)),
                                   S("median_step_seconds", Median(r.token_seconds)),
                                   S("membw_probe_passes", static_cast<double>(probe_gbs.size())),
@@ -142,9 +144,11 @@ int ComputeService::Run() {
   experts_src_ = std::make_unique<PipelineExpertSource>(cfg_, *ck_, experts_, experts, counters_, resend);
   globals_ = std::make_unique<GlobalWeights>(layers_->Globals());
   fwd_ = std::make_unique<Forward>(cfg_, *globals_, *layers_, *experts_src_, layers_.get());
+  fwd_->EnableHints(opt_.prefetch_hints);
   ipc::SendMessage(control_, ipc::Encode(ipc::control::Ready{"compute", {S("threads", omp_get_max_threads())}}));
-  std::fprintf(stderr, "[compute] %d threads, kernels %s, routed-expert inputs %s (%s)\n", omp_get_max_threads(),
-               kern::ActiveIsa(), opt_.expert_inputs.c_str(), ExpertIsa(cfg_));
+  std::fprintf(stderr, "[compute] %d threads, kernels %s, routed-expert inputs %s (%s)%s\n", omp_get_max_threads(),
+               kern::ActiveIsa(), opt_.expert_inputs.c_str(), ExpertIsa(cfg_),
+               opt_.prefetch_hints ? ", next-layer expert hints on" : "");
 
   ipc::RejectCounter rejects;
   for (;;) {

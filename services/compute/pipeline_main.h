@@ -16,6 +16,7 @@ struct PipelineOptions {
   int threads = 0;
   std::string expert_inputs = "f32";  // as in StandaloneOptions
   bool probe_membw = false;           // as in StandaloneOptions
+  bool prefetch_hints = false;        // as in StandaloneOptions; the guesses go to the fetcher
   int resend_ms = 1000;  // LayerWant / ExpertRequest repeated after this long without an answer
 };
 

@@ -173,6 +173,19 @@ const LayerWeights& PipelineLayerSource::Acquire(int64_t layer) {
   }
 }
 
+const LayerWeights* PipelineLayerSource::Peek(int64_t layer) {
+  const int32_t l = static_cast<int32_t>(layer);
+  if (auto it = pinned_bound_.find(l); it != pinned_bound_.end()) return &it->second;
+  while (auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeWeights, Clock::now(), c_.rejects))
+    Handle(msg->message);
+  const auto it = ready_.find(l);
+  if (it == ready_.end() || !Usable(it->second)) return nullptr;
+  LayerWeights w = BindLayer(cfg_, layer, Resolver(it->second, begin_[layer], shard_[layer]));
+  if (it->second.slot < 0) return &pinned_bound_.emplace(l, std::move(w)).first->second;
+  peeked_ = std::move(w);
+  return &peeked_;
+}
+
 void PipelineLayerSource::Release(int64_t layer) {
   if (!held_ || held_->layer != layer) return;  // pinned
   if (!Usable(*held_)) ++c_.stale_refs;  // a restarted reader invalidated it (bytes untouched)
@@ -205,6 +218,16 @@ void PipelineExpertSource::Request(int64_t layer, const std::vector<int32_t>& ex
   refs_.clear();
   ++c_.expert_requests;
   Send(experts);
+}
+
+void PipelineExpertSource::Hint(int64_t layer, const std::vector<int32_t>& experts) {
+  ipc::experts::ExpertRequest req;
+  req.request_id = next_id_++;
+  req.layer = static_cast<int32_t>(layer);
+  req.experts = experts;
+  req.priority = ipc::experts::Priority::kPrefetch;
+  ipc::SendMessage(sock_, ipc::Encode(req));
+  ++c_.hints_sent;
 }
 
 void PipelineExpertSource::ReleaseRef(int32_t layer, int32_t expert, const ipc::SlotRef& ref) {

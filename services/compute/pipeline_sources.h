@@ -29,6 +29,7 @@ struct PipelineCounters {
   uint64_t trunk_streamed_bytes = 0;  // ring layers used (each use counted)
   uint64_t layer_wants = 0, expert_requests = 0, expert_rerequests = 0;
   uint64_t stale_refs = 0;            // references found stale before or after use
+  uint64_t hints_sent = 0;            // next-layer guesses sent to the fetcher (Prefetch priority)
   ipc::RejectCounter rejects;
 };
 
@@ -49,6 +50,8 @@ class PipelineLayerSource : public LayerSource, public HeadSource {
   GlobalWeights Globals();
   const LayerWeights& Acquire(int64_t layer) override;
   void Release(int64_t layer) override;
+  // Pinned layers, and ring layers whose announcement already arrived (read ahead).
+  const LayerWeights* Peek(int64_t layer) override;
   // HeadSource (pipeline_head.cpp): resident views, or rows / chunks from the trunk reader.
   void Embed(const int32_t* ids, int64_t T, float* out) override;
   void Logits(const float* X, int64_t T, float* Y) override;
@@ -71,6 +74,7 @@ class PipelineLayerSource : public LayerSource, public HeadSource {
   std::map<int32_t, ipc::weights::LayerReady> ready_;  // latest announcement per layer
   std::map<int32_t, LayerWeights> pinned_bound_;
   LayerWeights current_;
+  LayerWeights peeked_;  // a ring layer bound by Peek
   std::optional<ipc::weights::LayerReady> held_;
   // head streaming (pipeline_head.cpp)
   void EmbedBatch(const int32_t* ids, int64_t n, float* out);
@@ -90,6 +94,8 @@ class PipelineExpertSource : public ExpertSource {
   int32_t NextReady(int64_t layer) override;
   ExpertWeights Acquire(int64_t layer, int32_t expert) override;
   void Release(int64_t layer, int32_t expert) override;
+  // Sent as a Prefetch-priority ExpertRequest; the fetcher keeps only the newest one.
+  void Hint(int64_t layer, const std::vector<int32_t>& experts) override;
 
  private:
   void Send(const std::vector<int32_t>& experts);

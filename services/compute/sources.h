@@ -16,6 +16,10 @@ class LayerSource {
   // Blocks until layer `layer`'s trunk tensors are available; valid until Release(layer).
   virtual const LayerWeights& Acquire(int64_t layer) = 0;
   virtual void Release(int64_t layer) = 0;
+  // Layer `layer`'s tensors if they are already available, without blocking or taking the
+  // layer (null otherwise); valid until the next Peek, Acquire or Release. Only for guesses
+  // (next-layer expert hints), never for the forward pass itself.
+  virtual const LayerWeights* Peek(int64_t /*layer*/) { return nullptr; }
 };
 
 // Embedding rows and lm_head logits, when they are not plain views of resident tensors (the
@@ -40,6 +44,9 @@ class ExpertSource {
   // The expert's MXFP4 views; valid until Release(layer, expert).
   virtual ExpertWeights Acquire(int64_t layer, int32_t expert) = 0;
   virtual void Release(int64_t layer, int32_t expert) = 0;
+  // A guess at the experts a later layer will request (best first): a source that reads may
+  // start on them while nothing is demanded. Never changes what NextReady returns.
+  virtual void Hint(int64_t /*layer*/, const std::vector<int32_t>& /*experts*/) {}
 };
 
 }  // namespace k3::compute

@@ -92,6 +92,7 @@ int RunStandalone(const StandaloneOptions& opt) {
 
   const int64_t V = cfg.vocab_size;
   Forward fwd(cfg, globals, layers, experts);
+  fwd.EnableHints(opt.prefetch_hints);
   GreedyParams gp;
   gp.ids = opt.ids;
   gp.gen = opt.gen;
@@ -134,6 +135,11 @@ int RunStandalone(const StandaloneOptions& opt) {
                generated.size(), spt,
                static_cast<double>(opt.ids.size()) / (prefill_s > 0 ? prefill_s : 1e-9));
 
+  const HintStats& hs = fwd.hint_stats();
+  if (opt.prefetch_hints)
+    std::fprintf(stderr, "[compute] next-layer expert guesses: %llu layers, recall %.3f (%llu of %llu routed experts)\n",
+                 static_cast<unsigned long long>(hs.hints), hs.recall(), static_cast<unsigned long long>(hs.matched),
+                 static_cast<unsigned long long>(hs.guessed));
   if (opt.probe_membw)
     std::fprintf(stderr, "[compute] read-bandwidth probe over the mapped shards: median %.1f GB/s (%zu passes)\n",
                  k3::Median(probe_gbs), probe_gbs.size());
@@ -152,6 +158,10 @@ int RunStandalone(const StandaloneOptions& opt) {
                         {"expert_isa", ExpertIsa(cfg)},
                         {"layers", cfg.num_layers}};
     if (opt.tf_check) r["tf_pred"] = tf_pred;
+    if (opt.prefetch_hints) {
+      r["hint_layers"] = hs.hints;
+      r["hint_recall"] = hs.recall();
+    }
     if (opt.probe_membw) {
       r["membw_probe_gbs"] = probe_gbs;
       r["membw_probe_median_gbs"] = k3::Median(probe_gbs);

@@ -21,6 +21,7 @@ struct StandaloneOptions {
   std::optional<double> mla_norm_eps;
   std::string expert_inputs = "f32";  // "f32" (exact) or "bf16" (ModelConfig::expert_inputs_bf16)
   bool probe_membw = false;           // read-bandwidth probe after every decode step (membw_probe.h)
+  bool prefetch_hints = false;        // next-layer expert guesses (expert_hints.h); here: recall only
 };
 
 // Parses "1,2,3" (throws UsageError on anything else).

@@ -10,6 +10,7 @@
 #include <deque>
 #include <iostream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -114,7 +115,7 @@ class ExpertFetcher {
         std::visit([this, &id](const auto& msg) { OnMessage(id, msg); }, m->message);
       }
       // Prefetch only when no demand read is queued or in flight, one expert at a time.
-      while (demand_inflight_ == 0 && worker_->pending() == 0 && !prefetch_.empty()) ServeOnePrefetch();
+      while (demand_inflight_ == 0 && worker_->pending() == 0 && (hint_ || !prefetch_.empty())) ServeOnePrefetch();
     }
   }
 
@@ -129,6 +130,9 @@ class ExpertFetcher {
             {"bytes_read", static_cast<double>(bytes_read_)},
             {"read_mb_s", MBps(bytes_read_, read_seconds_)},
             {"prefetch_dropped", static_cast<double>(prefetch_dropped_)},
+            {"hints_received", static_cast<double>(hints_received_)},
+            {"prefetch_reads", static_cast<double>(prefetch_reads_)},
+            {"prefetch_used", static_cast<double>(prefetch_used_)},
             {"rejected_messages", static_cast<double>(rejected())}};
   }
 
@@ -184,12 +188,21 @@ class ExpertFetcher {
     worker_->Submit({*victim, r.shard, {{r.wbegin, r.wend - r.wbegin, dst}}});
     demand_fill_[*victim] = demand;
     if (demand) ++demand_inflight_;
+    if (demand) {
+      prefetched_.erase(*victim);
+    } else {
+      prefetched_.insert(*victim);
+      ++prefetch_reads_;
+    }
     return true;
   }
 
   void OnMessage(const std::string& id, const x::ExpertRequest& m) {
     if (m.priority == x::Priority::kPrefetch) {
-      prefetch_.push_back(m);
+      // Compute's next-layer guess. Only the newest one still matters; and with fewer than two
+      // layers' worth of slots a guess would take the slot the next demand needs.
+      ++hints_received_;
+      if (table_->slot_count() >= 2 * static_cast<uint64_t>(cfg_.top_k)) hint_ = m;
       return;
     }
     std::vector<ExpertKey> misses;
@@ -202,6 +215,7 @@ class ExpertFetcher {
       const auto s = cache_->Find({m.layer, e});
       const bool hit = s && cache_->slot(*s).state == ExpertCache::State::kReady;
       trace_->Record(m.layer, e, hit);
+      if (s && prefetched_.erase(*s)) ++prefetch_used_;  // a guess (or warm-up read) that came true
       if (hit) {
         cache_->Touch(*s);
         SendReady(id, m.request_id, *s);
@@ -246,8 +260,9 @@ class ExpertFetcher {
     rejects_.last_reason = "unexpected experts message from compute";
   }
 
+  // The newest hint first, then the warm-up queue.
   void ServeOnePrefetch() {
-    x::ExpertRequest& m = prefetch_.front();
+    x::ExpertRequest& m = hint_ ? *hint_ : prefetch_.front();
     while (!m.experts.empty()) {
       const int32_t e = m.experts.front();
       m.experts.erase(m.experts.begin());
@@ -255,7 +270,11 @@ class ExpertFetcher {
       if (!StartRead({m.layer, e}, false)) ++prefetch_dropped_;
       return;  // at most one prefetch read queued at a time
     }
-    prefetch_.pop_front();
+    if (hint_) {
+      hint_.reset();
+    } else {
+      prefetch_.pop_front();
+    }
   }
 
   void OnCompletions() {
@@ -271,6 +290,7 @@ class ExpertFetcher {
       if (!d.error.empty()) {
         std::cerr << "[expert-fetcher] " << d.error << "\n";
         cache_->Abandon(s);
+        prefetched_.erase(s);
         for (const Waiter& w : waiting) Fail(w.identity, w.request_id, key.layer, key.expert, x::Error::kReadFailed, d.error);
         continue;
       }
@@ -296,10 +316,12 @@ class ExpertFetcher {
   std::optional<zmq::socket_t> router_;
   std::map<uint32_t, std::vector<Waiter>> waiters_;
   std::map<uint32_t, bool> demand_fill_;
-  std::deque<x::ExpertRequest> prefetch_;
+  std::deque<x::ExpertRequest> prefetch_;  // warm-up reads (--warm)
+  std::optional<x::ExpertRequest> hint_;   // compute's newest next-layer guess
+  std::set<uint32_t> prefetched_;          // slots filled by a prefetch, not yet demanded
   int demand_inflight_ = 0;
   ipc::RejectCounter rejects_;
-  uint64_t bytes_read_ = 0, prefetch_dropped_ = 0;
+  uint64_t bytes_read_ = 0, prefetch_dropped_ = 0, hints_received_ = 0, prefetch_reads_ = 0, prefetch_used_ = 0;
   double read_seconds_ = 0;
   Clock::time_point t_busy_;
 };

@@ -9,7 +9,13 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REF = os.path.join(HERE, "..", "reference", "k3_ref.py")
+REF_DIR = os.path.join(HERE, "..", "reference")
+REF = os.path.join(REF_DIR, "k3_ref.py")
+sys.path.insert(0, REF_DIR)
+import ref_config  # noqa: E402
+import ref_model  # noqa: E402
+import ref_ops  # noqa: E402
+import ref_safetensors  # noqa: E402
 SKIP = 77  # ctest SKIP_RETURN_CODE
 
 # Relative max error max|e - r| / max|r| of a float32 engine against the float64 reference.
@@ -85,6 +91,14 @@ def run_reference(out_dir, tag, ids, gen, *extra):
     run([sys.executable, REF, model_dir(), "--ids", ids_arg(ids), "--gen", str(gen), "--out", base + ".json", *extra])
     with open(base + ".json") as f:
         return json.load(f), base
+
+
+def reference_model():
+    """The float64 reference model of model_dir() in this process (for gates that need its
+    activations, not just its CLI): (ref_model.Model, ref_config.Config)."""
+    d = model_dir()
+    cfg = ref_config.Config(os.path.join(d, "config.json"))
+    return ref_model.Model(ref_safetensors.Checkpoint(d), cfg), cfg
 
 
 def read_f32(path):

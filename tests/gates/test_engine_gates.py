@@ -3,7 +3,7 @@
 engine against itself across execution modes. Each TestCase class is one ctest test:
 
     test_engine_gates.py GateLogits|GateTrace|GateGreedy|GateTeacherForcing|
-                         GateIncremental|GateChunkedPrefill|GateThreads|GateExpertInputs
+                         GateIncremental|GateChunkedPrefill|GateThreads|GateExpertInputs|GateHints
 
 Environment: K3_TESTDATA (fixture output), K3_COMPUTE (engine command; missing => exit 77,
 ctest "skipped"), K3_GATE_MODEL (checkpoint folder under K3_TESTDATA, default "tiny").
@@ -128,6 +128,40 @@ class GateThreads(unittest.TestCase):
 
     def test_threads(self):
         mode_runs(self, g.work_dir("threads"), [(f"threads{t}", ["--threads", str(t)]) for t in (1, 2)])
+
+
+class GateHints(unittest.TestCase):
+    """i. --prefetch-hints (next-layer expert guesses) changes no id and no logits byte, guesses
+    the next MoE layer at every layer of every one-token step, and scores as well as the same
+    guess made from the reference's activations: layer l+1's post-attention norm, router and
+    bias applied to layer l's FFN input (before its norm), compared with layer l+1's routing."""
+
+    def test_hints(self):
+        w = g.work_dir("hints")
+        mode_runs(self, w, [("plain", []), ("hints", ["--prefetch-hints"])])
+        with open(os.path.join(w, "hints.json")) as f:
+            e = json.load(f)
+        model, cfg = g.reference_model()
+        seq = e["full_ids"]
+        trace = {}
+        model.forward(seq[:-1], trace)  # the decode steps feed seq[P:-1], one token each
+        P = len(g.PROMPT)
+        layers = matched = 0
+        for nxt in range(max(1, cfg.first_dense), cfg.layers):
+            a = trace[f"layer{nxt - 1:03d}.ffn_in"][P:]
+            x = g.ref_ops.rms_norm(a, model.L(nxt, "post_attention_layernorm.weight"), cfg.eps)
+            logits = model.Llin(x, nxt, "block_sparse_moe.gate.weight")
+            guess, _ = g.ref_ops.router(logits, model.L(nxt, "block_sparse_moe.gate.e_score_correction_bias").reshape(-1),
+                                        cfg.top_k, cfg.renormalize, cfg.scaling)
+            chosen = trace[f"layer{nxt:03d}.topk"][P:]
+            layers += len(guess)
+            matched += sum(len(set(gr.tolist()) & set(cr.tolist())) for gr, cr in zip(guess, chosen))
+        ref_recall = matched / (layers * cfg.top_k)
+        print(f"hints: {e['hint_layers']} layers guessed (expected {layers}), recall engine {e['hint_recall']:.4f} "
+              f"reference {ref_recall:.4f} ({matched} of {layers * cfg.top_k})")
+        self.assertEqual(e["hint_layers"], layers)
+        # One expert of slack per 100 guessed: a near-tie may fall the other way in f32.
+        self.assertLessEqual(abs(e["hint_recall"] - ref_recall), 0.01)
 
 
 class GateExpertInputs(unittest.TestCase):

@@ -279,6 +279,74 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("--expert-inputs", r.stderr)
 
+    @classmethod
+    def plan_counts(cls, budget):
+        """(pinned layers, expert slots) of the plan at `budget`."""
+        r = cls.dry_run(budget)
+        assert r.returncode == 0, r.stderr
+        line = [l for l in r.stdout.splitlines() if l.startswith("pinned layers:")][0]
+        return int(line.split(":")[1].split(" of ")[0]), int(line.rsplit("expert slots", 1)[1])
+
+    def test_prefetch_hints(self):
+        # Where the plan pins every layer and gives the experts room for two layers but not for
+        # all of them, compute sends its next-layer guesses (on by default) and the fetcher reads
+        # them ahead; the ids are the standalone ones with and without guesses, and the TOML key
+        # and the flag both switch them off. With trunk layers streaming no guesses are sent.
+        with open(os.path.join(MODEL, "config.json")) as f:
+            tc = json.load(f)["text_config"]
+        k, every = tc["num_experts_per_token"], (tc["num_hidden_layers"] - tc["first_k_dense_replace"]) * tc["num_experts"]
+        budget = streaming = None
+        for delta in range(1, 256):
+            b = self.floor + delta * (1 << 17)
+            pinned, slots = self.plan_counts(b)
+            if 2 * k <= slots < every:
+                if pinned == self.budgets["total"]:
+                    budget = b
+                    break
+                if pinned > 0 and streaming is None:
+                    streaming = b
+        self.assertIsNotNone(budget, "no budget pins every layer and holds 2..all-1 layers' experts")
+        self.assertIsNotNone(streaming, "no budget streams layers and holds 2..all-1 layers' experts")
+        self.assertIn("next-layer expert hints: on\n", self.dry_run(budget).stdout)
+        self.assertIn("next-layer expert hints: off, trunk layers stream\n", self.dry_run(streaming).stdout)
+        off_toml = os.path.join(self.tmp, "nohints.toml")
+        with open(off_toml, "w") as f:
+            f.write('model = "%s"\nbudget = "1G"\nio = "pread"\ngen = %d\nthreads = 1\nprefetch_hints = false\n'
+                    % (MODEL, GEN))
+        reps = {}
+        for tag, toml, extra, b in (("on", self.toml, [], budget),
+                                    ("flag-off", self.toml, ["--no-prefetch-hints"], budget),
+                                    ("toml-off", off_toml, [], budget), ("streaming", self.toml, [], streaming)):
+            out_json = os.path.join(self.tmp, "hints-%s.json" % tag)
+            p = subprocess.Popen([os.path.join(BIN, "k3-launch"), toml, "--budget", str(b), "--ids", IDS,
+                                  "--out", out_json] + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+            out, err = self.finish(p)
+            self.assertClean(p.pid)
+            self.assertEqual(p.returncode, 0, err[-3000:])
+            self.assertEqual([int(x) for x in out.split()], self.expected, tag)
+            with open(out_json) as f:
+                reps[tag] = json.load(f)
+            reps[tag]["_stderr"] = err
+        on = reps["on"]
+        sent = on["service_stats"]["compute"]["hints_sent"]
+        fetcher = on["service_stats"]["expert-fetcher"]
+        self.assertTrue(on["prefetch_hints"])
+        self.assertGreater(sent, 0)
+        self.assertGreater(fetcher["hints_received"], 0)
+        self.assertLessEqual(fetcher["hints_received"], sent)
+        self.assertGreater(on["prefetch_reads"], 0)
+        self.assertLessEqual(on["prefetch_used"], on["prefetch_reads"])
+        self.assertGreater(on["hint_recall"], 0.0)
+        self.assertLessEqual(on["hint_recall"], 1.0)
+        self.assertIn("next-layer expert hints: recall", on["_stderr"])
+        for tag in ("flag-off", "toml-off", "streaming"):
+            off = reps[tag]
+            self.assertFalse(off["prefetch_hints"], tag)
+            self.assertEqual(off["service_stats"]["compute"]["hints_sent"], 0, tag)
+            self.assertEqual(off["service_stats"]["expert-fetcher"]["hints_received"], 0, tag)
+            self.assertEqual(off["prefetch_reads"], 0, tag)
+
     def test_unknown_toml_key(self):
         bad = os.path.join(self.tmp, "bad.toml")
         with open(bad, "w") as f:

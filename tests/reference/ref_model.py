@@ -152,6 +152,7 @@ class Model:
                 f, idx = self.moe(l, xf)
             h = P + f
             if trace is not None:
+                trace[f"layer{l:03d}.ffn_in"] = mm  # before the post-attention norm
                 trace[f"layer{l:03d}.mixer"] = o
                 trace[f"layer{l:03d}.ffn"] = f
                 if idx is not None:

@@ -165,7 +165,7 @@ TEST_F(ExpertFetcherTest, LruEvictionRespectsHolds) {
 }
 
 TEST_F(ExpertFetcherTest, PrefetchWarmsTheCacheWithoutAnswers) {
-  MakeArena(3);
+  MakeArena(static_cast<uint32_t>(2 * cfg_.top_k));
   Start("pread");
   Peer compute(launcher_.ctx(), launcher_.Endpoint("experts"));
   const int L = first_;
@@ -176,6 +176,26 @@ TEST_F(ExpertFetcherTest, PrefetchWarmsTheCacheWithoutAnswers) {
   auto stats = launcher_.ShutdownAndStats("expert-fetcher");
   EXPECT_EQ(stats["hits"], 1) << "the prefetched expert is a hit";
   EXPECT_EQ(stats["misses"], 0);
+  EXPECT_EQ(stats["hints_received"], 1);
+  EXPECT_EQ(stats["prefetch_reads"], 2);
+  EXPECT_EQ(stats["prefetch_used"], 1) << "expert 4 was read ahead but never asked for";
+}
+
+// With fewer than two layers' worth of slots a guess would take the slot the next demand
+// needs: the fetcher counts it and reads nothing.
+TEST_F(ExpertFetcherTest, PrefetchIgnoredWithFewerThanTwoLayersOfSlots) {
+  MakeArena(static_cast<uint32_t>(2 * cfg_.top_k - 1));
+  Start("pread");
+  Peer compute(launcher_.ctx(), launcher_.Endpoint("experts"));
+  const int L = first_;
+  compute.Send(x::ExpertRequest{1, L, {4, 5}, x::Priority::kPrefetch});
+  EXPECT_FALSE(compute.Recv(ipc::DecodeExperts, 500ms).has_value()) << "prefetch is not answered";
+  CheckBytes(Demand(compute, 2, L, 5));
+  auto stats = launcher_.ShutdownAndStats("expert-fetcher");
+  EXPECT_EQ(stats["hints_received"], 1);
+  EXPECT_EQ(stats["prefetch_reads"], 0);
+  EXPECT_EQ(stats["hits"], 0);
+  EXPECT_EQ(stats["misses"], 1);
 }
 
 // --warm with a slot for every routed expert: all are read ahead, so every later demand is a
