@@ -140,9 +140,10 @@ class ExpertFetcher {
     const double hr = trace_->requests() ? 100.0 * trace_->hits() / trace_->requests() : 0;
     std::fprintf(stderr,
                  "[expert-fetcher] stats: %llu requests, hit rate %.1f%%, read %s in %.2f s (%.0f MB/s), "
-                 "%llu rejected messages\n",
+                 "%llu read ahead (%llu then requested), %llu rejected messages\n",
                  static_cast<unsigned long long>(trace_->requests()), hr, FormatBytes(bytes_read_).c_str(),
-                 read_seconds_, MBps(bytes_read_, read_seconds_), static_cast<unsigned long long>(rejected()));
+                 read_seconds_, MBps(bytes_read_, read_seconds_), static_cast<unsigned long long>(prefetch_reads_),
+                 static_cast<unsigned long long>(prefetch_used_), static_cast<unsigned long long>(rejected()));
     if (!f_.dump_dir.empty()) trace_->Write(f_.dump_dir);
   }
 
