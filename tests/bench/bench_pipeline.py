@@ -290,6 +290,9 @@ def summarise(r, gen, w):
              trunk_wait_per_tok=r.get("trunk_wait_seconds_per_token", -1),
              expert_wait_per_tok=r.get("expert_wait_seconds_per_token", -1),
              trunk_busy_mbs=trunk_streamed / trunk_busy / 1e6 if trunk_busy > 0 else 0,
+             # Next-layer expert hints (absent in reports of engines before them).
+             hints=bool(r.get("prefetch_hints", False)), hint_recall=r.get("hint_recall", 0.0),
+             ahead=r.get("prefetch_reads", 0.0), ahead_used=r.get("prefetch_used", 0.0),
              expert_busy_mbs=expert_bytes / expert_busy / 1e6 if expert_busy > 0 else 0)
     s["read_per_tok"] = s["trunk_per_tok"] + s["expert_per_tok"]
     # Bandwidth the token stream achieved end to end: bytes a token needed over its time.
@@ -436,8 +439,9 @@ def main(argv=None):
     P = lines.append
     P("| budget | plan (pinned layers, expert slots) | s/token (median; runs) | median decode step (runs) | trunk read/token | "
       "expert read/token | hit rate | compute I/O wait/token (trunk + experts) | effective read MB/s | "
-      "trunk MB/s (service's read_mb_s) | experts MB/s (service's read_mb_s) | load avg |")
-    P("|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "trunk MB/s (service's read_mb_s) | experts MB/s (service's read_mb_s) | next-layer hints: recall; read ahead "
+      "(then used) | load avg |")
+    P("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (name, mib) in budgets:
         rows = results[name]
         P(f"| {name} {mib} MiB | {plans[name][0]}, {plans[name][1]} | {med(rows, 'spt'):.3f} "
@@ -445,9 +449,11 @@ def main(argv=None):
           f"{fmt_b(med(rows, 'expert_per_tok'))} | {med(rows, 'hit_rate'):.2f} | {med(rows, 'wait_per_tok'):.3f} s "
           f"({med(rows, 'trunk_wait_per_tok'):.3f} + {med(rows, 'expert_wait_per_tok'):.3f}) | "
           f"{med(rows, 'effective_mbs'):.0f} | {med(rows, 'trunk_busy_mbs'):.0f} | {med(rows, 'expert_busy_mbs'):.0f} | "
-          f"{joined(rows, 'load', 1)} |")
+          + (f"{med(rows, 'hint_recall'):.2f}; {med(rows, 'ahead'):.0f} ({med(rows, 'ahead_used'):.0f}) | "
+             if all(x["hints"] for x in rows) else "off | ")
+          + f"{joined(rows, 'load', 1)} |")
     P(f"| standalone (mmap, warm) | - | {solo_spt:.3f} ({joined(solo, 'seconds_per_token', 3)}) "
-      f"| {solo_step:.3f} | - | - | - | - | - | - | - | {joined(solo, '_load', 1)} |")
+      f"| {solo_step:.3f} | - | - | - | - | - | - | - | - | {joined(solo, '_load', 1)} |")
     table = "\n".join(lines)
     eff = med(stream_rows, "effective_mbs")
     def probe_target(label, probes, close=""):
