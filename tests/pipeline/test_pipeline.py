@@ -186,8 +186,8 @@ class PipelineTest(unittest.TestCase):
                         # everything streams: the trunk reader must have read the layers again
                         self.assertGreater(rep["service_stats"]["trunk-reader"].get("bytes_read", 0), 0)
 
-    def kill_mid_run(self, exe, after_tokens=2):
-        p = self.launch(self.budgets["stream"])
+    def kill_mid_run(self, exe, after_tokens=2, budget=None):
+        p = self.launch(budget or self.budgets["stream"])
         victim = service_pid(p.pid, exe)
         # wait for a couple of generated tokens, then kill -9 the service
         got = []
@@ -209,6 +209,10 @@ class PipelineTest(unittest.TestCase):
 
     def test_kill_trunk_reader(self):
         self.kill_mid_run("k3-trunk-reader")
+
+    def test_kill_expert_fetcher_with_hints(self):
+        # A restarted fetcher starts empty while compute's guesses keep coming: same ids.
+        self.kill_mid_run("k3-expert-fetcher", budget=self.hint_budgets()[0])
 
     def test_kill_compute_ends_run(self):
         p = self.launch(self.budgets["stream"], extra=["--gen", "400"])
@@ -287,24 +291,34 @@ class PipelineTest(unittest.TestCase):
         line = [l for l in r.stdout.splitlines() if l.startswith("pinned layers:")][0]
         return int(line.split(":")[1].split(" of ")[0]), int(line.rsplit("expert slots", 1)[1])
 
+    @classmethod
+    def hint_budgets(cls):
+        """(a budget that pins every layer and holds 2..all-1 layers' experts, one that holds as
+        many experts but streams some layers); found once with the planner."""
+        if not hasattr(cls, "_hint_budgets"):
+            with open(os.path.join(MODEL, "config.json")) as f:
+                tc = json.load(f)["text_config"]
+            k = tc["num_experts_per_token"]
+            every = (tc["num_hidden_layers"] - tc["first_k_dense_replace"]) * tc["num_experts"]
+            budget = streaming = None
+            for delta in range(1, 256):
+                b = cls.floor + delta * (1 << 17)
+                pinned, slots = cls.plan_counts(b)
+                if 2 * k <= slots < every:
+                    if pinned == cls.budgets["total"]:
+                        budget = b
+                        break
+                    if pinned > 0 and streaming is None:
+                        streaming = b
+            cls._hint_budgets = (budget, streaming)
+        return cls._hint_budgets
+
     def test_prefetch_hints(self):
         # Where the plan pins every layer and gives the experts room for two layers but not for
         # all of them, compute sends its next-layer guesses (on by default) and the fetcher reads
         # them ahead; the ids are the standalone ones with and without guesses, and the TOML key
         # and the flag both switch them off. With trunk layers streaming no guesses are sent.
-        with open(os.path.join(MODEL, "config.json")) as f:
-            tc = json.load(f)["text_config"]
-        k, every = tc["num_experts_per_token"], (tc["num_hidden_layers"] - tc["first_k_dense_replace"]) * tc["num_experts"]
-        budget = streaming = None
-        for delta in range(1, 256):
-            b = self.floor + delta * (1 << 17)
-            pinned, slots = self.plan_counts(b)
-            if 2 * k <= slots < every:
-                if pinned == self.budgets["total"]:
-                    budget = b
-                    break
-                if pinned > 0 and streaming is None:
-                    streaming = b
+        budget, streaming = self.hint_budgets()
         self.assertIsNotNone(budget, "no budget pins every layer and holds 2..all-1 layers' experts")
         self.assertIsNotNone(streaming, "no budget streams layers and holds 2..all-1 layers' experts")
         self.assertIn("next-layer expert hints: on\n", self.dry_run(budget).stdout)
