@@ -56,6 +56,8 @@ int Main(int argc, char** argv) {
                plan::FormatBytes(a.pinned).c_str(), a.ring_slots, plan::FormatBytes(a.ring_slot_bytes).c_str(),
                plan::FormatBytes(a.embed_window).c_str(), a.expert_slots,
                plan::FormatBytes(a.expert_slot_bytes).c_str());
+  if (!opt.expert_server.empty())
+    std::fprintf(plan_out, "routed experts read by the expert server at %s (k3-expert-server)\n", opt.expert_server.c_str());
   const char* hints_off = launch::HintsOffReason(opt, m, p);
   std::fprintf(plan_out, "next-layer expert hints: %s%s\n", hints_off ? "off, " : "on", hints_off ? hints_off : "");
   std::fprintf(plan_out, "streamed: embedding %s, lm_head %s\n",

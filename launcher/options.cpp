@@ -56,11 +56,15 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "ring_slots") opt.ring_slots = static_cast<int>(integer());
     else if (k == "threads") opt.threads = static_cast<int>(integer());
     else if (k == "expert_inputs") opt.expert_inputs = str();
+    else if (k == "expert_server") opt.expert_server = str();
     else if (k == "inflight") opt.inflight = static_cast<int>(integer());
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
     else if (k == "full_recompute") {
       if (!node.is_boolean()) throw bad("true or false");
       opt.full_recompute = *node.value<bool>();
+    } else if (k == "expert_server_timeout") {
+      if (!node.is_number()) throw bad("a number of seconds");
+      opt.expert_server_timeout = *node.value<double>();
     } else if (k == "prefetch_hints") {
       if (!node.is_boolean()) throw bad("true or false");
       opt.prefetch_hints = *node.value<bool>();
@@ -90,6 +94,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
   app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
+  app.add_option("--expert-server", cli.expert_server,
+                 "read routed experts from the k3-expert-server at this endpoint (tcp://HOST:PORT)");
   bool no_hints = false;
   app.add_flag("--no-prefetch-hints", no_hints, "do not send next-layer expert guesses to the fetcher");
   app.add_flag("--probe-membw", cli.probe_membw,
@@ -129,6 +135,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--expert-inputs")) opt.expert_inputs = cli.expert_inputs;
   if (given("--inflight")) opt.inflight = cli.inflight;
   if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
+  if (given("--expert-server")) opt.expert_server = cli.expert_server;
   opt.dry_run = cli.dry_run;
   if (no_hints) opt.prefetch_hints = false;
   opt.probe_membw = cli.probe_membw;
@@ -140,6 +147,10 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
   if (opt.expert_inputs != "f32" && opt.expert_inputs != "bf16")
     throw UsageError("--expert-inputs: '" + opt.expert_inputs + "' is not f32 or bf16");
+  if (!opt.expert_server.empty() && opt.expert_server.find("://") == std::string::npos)
+    throw UsageError("expert_server: '" + opt.expert_server + "' is not an endpoint like tcp://HOST:PORT");
+  if (!(opt.expert_server_timeout >= 0.1 && opt.expert_server_timeout <= 86400))
+    throw UsageError("expert_server_timeout must be between 0.1 and 86400 seconds");
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
     throw UsageError("--io: unknown backend '" + opt.io + "' (direct, pread, uring, mmap)");
   return opt;

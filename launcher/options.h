@@ -26,6 +26,8 @@ struct LaunchOptions {
   int64_t max_pinned_trunk = -1;
   bool full_recompute = false;
   bool prefetch_hints = true;  // compute guesses each next layer's experts for the fetcher
+  std::string expert_server;   // k3-expert-server endpoint (tcp://HOST:PORT): experts read there
+  double expert_server_timeout = 60;  // seconds without an answer before a remote read fails
   std::string out, dump_logits;
   bool dry_run = false;
   bool probe_membw = false;       // benchmarks: compute times a read of the resident weights per step

@@ -141,6 +141,11 @@ void Runner::Spawn() {
                                 "ipc://" + run + "/experts", "--arena", experts, "--io", opt_.io,
                                 "--inflight", inflight};
   if (!opt_.dump_cache_trace.empty()) x.insert(x.end(), {"--dump-cache-trace", opt_.dump_cache_trace});
+  if (!opt_.expert_server.empty()) {
+    char timeout[32];
+    std::snprintf(timeout, sizeof timeout, "%g", opt_.expert_server_timeout);
+    x.insert(x.end(), {"--remote", opt_.expert_server, "--remote-timeout", timeout});
+  }
   // Every expert has a slot: the fetcher reads them all ahead (nothing is ever evicted).
   if (AllExpertsResident(m_, plan_)) x.push_back("--warm");
   sup_.Add({"expert-fetcher", x, true});

@@ -6,17 +6,31 @@
 
 namespace k3::ipc {
 
-void SendMessage(zmq::socket_t& s, const Encoded& m, std::span<const uint8_t> bulk, const std::string& identity) {
+namespace {
+
+// [identity] + kind + payload, then the bulk frame when there is one.
+void SendFrames(zmq::socket_t& s, const Encoded& m, zmq::message_t* bulk, const std::string& identity) {
   try {
     const auto kind = m.kind.bytes();
     if (!identity.empty()) s.send(zmq::buffer(identity), zmq::send_flags::sndmore);
     s.send(zmq::buffer(kind.data(), kind.size()), zmq::send_flags::sndmore);
-    s.send(zmq::buffer(m.payload.data(), m.payload.size()),
-           bulk.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-    if (!bulk.empty()) s.send(zmq::buffer(bulk.data(), bulk.size()), zmq::send_flags::none);
+    s.send(zmq::buffer(m.payload.data(), m.payload.size()), bulk ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    if (bulk) s.send(*bulk, zmq::send_flags::none);
   } catch (const zmq::error_t& e) {
     throw RuntimeFailure("zmq send " + KindName(m.kind) + ": " + e.what());
   }
+}
+
+}  // namespace
+
+void SendMessage(zmq::socket_t& s, const Encoded& m, std::span<const uint8_t> bulk, const std::string& identity) {
+  if (bulk.empty()) return SendFrames(s, m, nullptr, identity);
+  zmq::message_t frame(bulk.data(), bulk.size());  // a copy: the caller keeps its bytes
+  SendFrames(s, m, &frame, identity);
+}
+
+void SendMessageMoving(zmq::socket_t& s, const Encoded& m, zmq::message_t&& bulk, const std::string& identity) {
+  SendFrames(s, m, &bulk, identity);
 }
 
 bool PollIn(zmq::socket_t& s, Clock::time_point deadline) {

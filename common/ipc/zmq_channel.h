@@ -23,6 +23,8 @@ using Clock = std::chrono::steady_clock;
 // the peer's identity; it is sent first. Throws k3::Error(kExitRuntime) if ZeroMQ fails.
 void SendMessage(zmq::socket_t& s, const Encoded& m, std::span<const uint8_t> bulk = {},
                  const std::string& identity = {});
+// The same with a bulk frame ZeroMQ takes over without copying (large payloads).
+void SendMessageMoving(zmq::socket_t& s, const Encoded& m, zmq::message_t&& bulk, const std::string& identity);
 
 // Waits until `s` has a message or `deadline` passes. True when readable.
 bool PollIn(zmq::socket_t& s, Clock::time_point deadline);
@@ -32,7 +34,10 @@ template <class Msg>
 struct Received {
   std::string identity;
   Msg message;
-  std::vector<uint8_t> bulk;
+  zmq::message_t bulk_frame;  // empty when the message had none; kept as received (no copy)
+  std::span<const uint8_t> bulk() const {
+    return {static_cast<const uint8_t*>(bulk_frame.data()), bulk_frame.size()};
+  }
 };
 
 // Frames of one multipart message, before verification.
@@ -76,10 +81,7 @@ std::optional<Received<Msg>> ReceiveVerified(zmq::socket_t& s, bool router,
       continue;
     }
     Received<Msg> out{std::move(raw->identity), std::move(r).value(), {}};
-    if (f.size() == 3) {
-      const auto* b = static_cast<const uint8_t*>(f[2].data());
-      out.bulk.assign(b, b + f[2].size());
-    }
+    if (f.size() == 3) out.bulk_frame = std::move(f[2]);
     return out;
   }
 }

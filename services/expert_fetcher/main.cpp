@@ -24,6 +24,7 @@
 #include "common/tensor_names.h"
 #include "services/expert_fetcher/cache_trace.h"
 #include "services/expert_fetcher/expert_cache.h"
+#include "services/expert_fetcher/remote_reads.h"
 #include "common/service/read_worker.h"
 #include "common/service/service_shell.h"
 #include "services/trunk_reader/trunk_layout.h"
@@ -38,6 +39,8 @@ constexpr const char* kService = "expert-fetcher";
 struct Flags : WeightServiceFlags {
   std::string arena, dump_dir;
   bool warm = false;  // read every expert ahead (the plan gave every expert a slot)
+  std::string remote;            // k3-expert-server endpoint: experts come from there, not the shards
+  double remote_timeout = 60;    // seconds without an answer before a remote read fails
 };
 
 struct Waiter {
@@ -48,7 +51,7 @@ struct Waiter {
 // Where one expert's six tensors are read from (widened to 4096 bounds, clamped to the file).
 struct ExpertRun {
   int shard = 0;
-  uint64_t begin = 0, wbegin = 0, wend = 0;
+  uint64_t begin = 0, end = 0, wbegin = 0, wend = 0;
 };
 
 class ExpertFetcher {
@@ -83,6 +86,12 @@ class ExpertFetcher {
     router_.emplace(ctx_, zmq::socket_type::router);
     router_->set(zmq::sockopt::linger, 0);
     router_->bind(f_.bind);
+    if (!f_.remote.empty()) {
+      // Re-send well before giving up, but not so often that a busy server reads twice.
+      const auto give_up = std::chrono::milliseconds(static_cast<int64_t>(f_.remote_timeout * 1000));
+      remote_.emplace(ctx_, f_.remote, std::min(std::chrono::milliseconds(5000), give_up / 4), give_up);
+      std::fprintf(stderr, "[expert-fetcher] routed experts come from the expert server at %s\n", f_.remote.c_str());
+    }
     if (f_.warm) QueueWarmUp();
   }
 
@@ -108,18 +117,23 @@ class ExpertFetcher {
 
   void Serve() {
     for (;;) {
-      if (!WaitForWork(ctl_, {*router_, worker_->notifier()}, std::chrono::milliseconds(100))) return;
+      const bool awake = remote_ ? WaitForWork(ctl_, {*router_, worker_->notifier(), remote_->socket()},
+                                               std::chrono::milliseconds(100))
+                                 : WaitForWork(ctl_, {*router_, worker_->notifier()}, std::chrono::milliseconds(100));
+      if (!awake) return;
       OnCompletions();
       while (auto m = ipc::ReceiveVerified(*router_, true, ipc::DecodeExperts, Clock::now(), rejects_)) {
         const std::string id = m->identity;
         std::visit([this, &id](const auto& msg) { OnMessage(id, msg); }, m->message);
       }
       // Prefetch only when no demand read is queued or in flight, one expert at a time.
-      while (demand_inflight_ == 0 && worker_->pending() == 0 && (hint_ || !prefetch_.empty())) ServeOnePrefetch();
+      while (demand_inflight_ == 0 && ReadsPending() == 0 && (hint_ || !prefetch_.empty())) ServeOnePrefetch();
     }
   }
 
-  uint64_t rejected() const { return rejects_.rejected + ctl_.rejects().rejected; }
+  uint64_t rejected() const {
+    return rejects_.rejected + ctl_.rejects().rejected + (remote_ ? remote_->rejects().rejected : 0);
+  }
 
   std::vector<ipc::control::Stat> FinalStats() const {
     const double hr = trace_->requests() ? static_cast<double>(trace_->hits()) / trace_->requests() : 0;
@@ -133,6 +147,7 @@ class ExpertFetcher {
             {"hints_received", static_cast<double>(hints_received_)},
             {"prefetch_reads", static_cast<double>(prefetch_reads_)},
             {"prefetch_used", static_cast<double>(prefetch_used_)},
+            {"remote_resends", static_cast<double>(remote_ ? remote_->resends() : 0)},
             {"rejected_messages", static_cast<double>(rejected())}};
   }
 
@@ -156,6 +171,7 @@ class ExpertFetcher {
     ExpertRun run;
     run.shard = r.shard;
     run.begin = static_cast<uint64_t>(r.begin);
+    run.end = static_cast<uint64_t>(r.end);
     run.wbegin = AlignDown(run.begin);
     run.wend = std::min(AlignUp(static_cast<uint64_t>(r.end)), sizes_.at(static_cast<size_t>(r.shard)));
     return runs_.emplace(key, run).first->second;
@@ -185,8 +201,12 @@ class ExpertFetcher {
     const ExpertRun& r = Run(key.layer, key.expert);
     cache_->StartFill(*victim, key);
     uint8_t* dst = table_->BeginFill(*victim);
-    if (worker_->pending() == 0) t_busy_ = Clock::now();
-    worker_->Submit({*victim, r.shard, {{r.wbegin, r.wend - r.wbegin, dst}}});
+    if (ReadsPending() == 0) t_busy_ = Clock::now();
+    if (remote_) {  // the same bytes at the same place in the slot, from the server
+      remote_->Submit(*victim, key.layer, key.expert, dst + (r.begin - r.wbegin), r.end - r.begin);
+    } else {
+      worker_->Submit({*victim, r.shard, {{r.wbegin, r.wend - r.wbegin, dst}}});
+    }
     demand_fill_[*victim] = demand;
     if (demand) ++demand_inflight_;
     if (demand) {
@@ -261,6 +281,8 @@ class ExpertFetcher {
     rejects_.last_reason = "unexpected experts message from compute";
   }
 
+  size_t ReadsPending() const { return worker_->pending() + (remote_ ? remote_->pending() : 0); }
+
   // The newest hint first, then the warm-up queue.
   void ServeOnePrefetch() {
     x::ExpertRequest& m = hint_ ? *hint_ : prefetch_.front();
@@ -280,6 +302,8 @@ class ExpertFetcher {
 
   void OnCompletions() {
     std::vector<ReadDone> done = worker_->TakeCompleted();
+    if (remote_)
+      for (ReadDone& d : remote_->TakeCompleted()) done.push_back(std::move(d));
     if (done.empty()) return;
     for (const ReadDone& d : done) {
       const auto s = static_cast<uint32_t>(d.tag);
@@ -299,7 +323,7 @@ class ExpertFetcher {
       bytes_read_ += d.bytes;
       for (const Waiter& w : waiting) SendReady(w.identity, w.request_id, s);
     }
-    if (worker_->pending() == 0) read_seconds_ += Seconds(t_busy_);
+    if (ReadsPending() == 0) read_seconds_ += Seconds(t_busy_);
   }
 
   Flags f_;
@@ -314,6 +338,7 @@ class ExpertFetcher {
   std::optional<ExpertCache> cache_;
   std::optional<CacheTrace> trace_;
   std::optional<ReadWorker> worker_;
+  std::optional<RemoteReads> remote_;
   std::optional<zmq::socket_t> router_;
   std::map<uint32_t, std::vector<Waiter>> waiters_;
   std::map<uint32_t, bool> demand_fill_;
@@ -334,6 +359,9 @@ int RunMain(int argc, char** argv) {
   app.add_option("--arena", f.arena, "shm name of the experts arena")->required();
   app.add_option("--dump-cache-trace", f.dump_dir, "write expert_hist.json and expert_trace.bin into DIR at exit");
   app.add_flag("--warm", f.warm, "read every expert ahead when every expert has a slot");
+  app.add_option("--remote", f.remote, "read experts from the k3-expert-server at this endpoint (tcp://HOST:PORT)");
+  app.add_option("--remote-timeout", f.remote_timeout, "seconds without an answer before a remote read fails")
+      ->check(CLI::Range(0.1, 86400.0));
   return RunWeightService<ExpertFetcher>(app, argc, argv, f, "k3-expert-fetcher", kService);
 }
 

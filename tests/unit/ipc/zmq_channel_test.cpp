@@ -89,8 +89,8 @@ TEST(ZmqChannel, PushPullBulkFrameWithChecksum) {
     ASSERT_TRUE(got.has_value());
     const auto& h = std::get<experts::ExpertBytes>(got->message);
     EXPECT_EQ(h.expert, 100);
-    EXPECT_EQ(got->bulk.size(), bytes.size());
-    EXPECT_EQ(ExpertBytesMatch(h, got->bulk), i == 0) << "message " << i;
+    EXPECT_EQ(got->bulk().size(), bytes.size());
+    EXPECT_EQ(ExpertBytesMatch(h, got->bulk()), i == 0) << "message " << i;
   }
   peer.join();
   ::unlink(ep.substr(6).c_str());

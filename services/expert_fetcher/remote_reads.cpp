@@ -1,0 +1,79 @@
+#include "services/expert_fetcher/remote_reads.h"
+
+#include <cstdio>
+#include <cstring>
+#include <variant>
+
+#include "common/ipc/protocol.h"
+
+namespace k3::svc {
+
+namespace x = ipc::experts;
+
+RemoteReads::RemoteReads(zmq::context_t& ctx, const std::string& endpoint, std::chrono::milliseconds resend,
+                         std::chrono::milliseconds give_up)
+    : endpoint_(endpoint), sock_(ctx, zmq::socket_type::dealer), resend_(resend), give_up_(give_up) {
+  sock_.set(zmq::sockopt::linger, 0);
+  sock_.connect(endpoint);
+}
+
+void RemoteReads::Send(uint64_t id, const Read& r) {
+  ipc::SendMessage(sock_, ipc::Encode(x::ExpertRequest{id, r.layer, {r.expert}, x::Priority::kDemand}));
+}
+
+void RemoteReads::Submit(uint64_t tag, int layer, int expert, uint8_t* dst, uint64_t length) {
+  const auto now = ipc::Clock::now();
+  const uint64_t id = next_id_++;
+  Read r{tag, layer, expert, dst, length, now, now};
+  Send(id, r);
+  pending_.emplace(id, r);
+}
+
+std::vector<ReadDone> RemoteReads::TakeCompleted() {
+  // Error texts leave out the layer and expert: the fetcher's ExpertFailed carries them.
+  std::vector<ReadDone> done;
+  while (auto m = ipc::ReceiveVerified(sock_, false, ipc::DecodeExperts, ipc::Clock::now(), rejects_)) {
+    if (const auto* h = std::get_if<x::ExpertBytes>(&m->message)) {
+      auto it = pending_.find(h->request_id);
+      if (it == pending_.end()) continue;  // answer to a request sent twice: the first one won
+      const Read& r = it->second;
+      if (h->layer != r.layer || h->expert != r.expert || h->length != r.length ||
+          !ipc::ExpertBytesMatch(*h, m->bulk())) {
+        done.push_back({r.tag, 0, "expert server " + endpoint_ + " sent " + std::to_string(m->bulk().size()) +
+                                      " bytes that fail their length or XXH3 check"});
+      } else {
+        std::memcpy(r.dst, m->bulk().data(), m->bulk().size());
+        done.push_back({r.tag, r.length, ""});
+      }
+      pending_.erase(it);
+    } else if (const auto* f = std::get_if<x::ExpertFailed>(&m->message)) {
+      auto it = pending_.find(f->request_id);
+      if (it == pending_.end()) continue;
+      done.push_back({it->second.tag, 0, "expert server " + endpoint_ + ": " + f->detail});
+      pending_.erase(it);
+    } else {
+      ++rejects_.rejected;
+      rejects_.last_reason = "unexpected message from the expert server";
+    }
+  }
+  const auto now = ipc::Clock::now();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Read& r = it->second;
+    if (now - r.first >= give_up_) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%g", static_cast<double>(give_up_.count()) / 1000);
+      done.push_back({r.tag, 0, "expert server " + endpoint_ + " did not answer within " + secs + " s"});
+      it = pending_.erase(it);
+      continue;
+    }
+    if (now - r.last >= resend_) {  // lost with a restarted server, or never delivered
+      Send(it->first, r);
+      r.last = now;
+      ++resends_;
+    }
+    ++it;
+  }
+  return done;
+}
+
+}  // namespace k3::svc
