@@ -33,6 +33,7 @@ struct ReadDone {
   uint64_t tag = 0;
   uint64_t bytes = 0;
   std::string error;  // empty on success: the one-line k3::Error message otherwise
+  bool corrupt = false;  // bytes arrived but failed their length or checksum check (remote reads)
 };
 
 class ReadWorker {

@@ -316,7 +316,8 @@ class ExpertFetcher {
         std::cerr << "[expert-fetcher] " << d.error << "\n";
         cache_->Abandon(s);
         prefetched_.erase(s);
-        for (const Waiter& w : waiting) Fail(w.identity, w.request_id, key.layer, key.expert, x::Error::kReadFailed, d.error);
+        const x::Error why = d.corrupt ? x::Error::kBadChecksum : x::Error::kReadFailed;
+        for (const Waiter& w : waiting) Fail(w.identity, w.request_id, key.layer, key.expert, why, d.error);
         continue;
       }
       cache_->FinishFill(s, table_->Publish(s));

@@ -40,7 +40,7 @@ std::vector<ReadDone> RemoteReads::TakeCompleted() {
       if (h->layer != r.layer || h->expert != r.expert || h->length != r.length ||
           !ipc::ExpertBytesMatch(*h, m->bulk())) {
         done.push_back({r.tag, 0, "expert server " + endpoint_ + " sent " + std::to_string(m->bulk().size()) +
-                                      " bytes that fail their length or XXH3 check"});
+                                      " bytes that fail their length or XXH3 check", true});
       } else {
         std::memcpy(r.dst, m->bulk().data(), m->bulk().size());
         done.push_back({r.tag, r.length, ""});

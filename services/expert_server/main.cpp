@@ -18,7 +18,6 @@
 #include <iostream>
 #include <map>
 #include <optional>
-#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +30,7 @@
 #include "common/service/read_worker.h"
 #include "common/service/service_shell.h"
 #include "common/tensor_names.h"
+#include "services/expert_server/buffer_pool.h"
 
 namespace k3::svc {
 namespace {
@@ -49,12 +49,13 @@ struct Pending {
   uint64_t request_id = 0;
   int layer = 0, expert = 0;
   uint64_t skip = 0, length = 0;  // expert bytes start `skip` bytes into the buffer
-  std::unique_ptr<uint8_t, decltype(&std::free)> buf{nullptr, &std::free};
+  BufferPool::Buffer* buf = nullptr;
 };
 
 class ExpertServer {
  public:
-  ExpertServer(const Flags& f, zmq::context_t& ctx) : f_(f), ctx_(ctx) {}
+  // `pool` must outlive `ctx`: ZeroMQ returns sent buffers to it until the context ends.
+  ExpertServer(const Flags& f, zmq::context_t& ctx, BufferPool& pool) : f_(f), ctx_(ctx), pool_(pool) {}
 
   void Start() {
     ck_.emplace(Checkpoint::Open(f_.model));
@@ -121,11 +122,11 @@ class ExpertServer {
       p.expert = e;
       p.skip = static_cast<uint64_t>(r.begin) - wbegin;
       p.length = static_cast<uint64_t>(r.end - r.begin);
-      p.buf.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, (wend - wbegin + kAlign - 1) / kAlign * kAlign)));
+      p.buf = pool_.Get(wend - wbegin);
       if (!p.buf) throw RuntimeFailure("out of memory for a " + std::to_string(wend - wbegin) + "-byte expert read");
       const uint64_t tag = next_tag_++;
       if (worker_->pending() == 0) t_busy_ = Clock::now();
-      worker_->Submit({tag, r.shard, {{wbegin, wend - wbegin, p.buf.get()}}});
+      worker_->Submit({tag, r.shard, {{wbegin, wend - wbegin, p.buf->data}}});
       pending_.emplace(tag, std::move(p));
     }
   }
@@ -137,12 +138,12 @@ class ExpertServer {
     if (!d.error.empty()) {
       std::cerr << "[expert-server] " << d.error << "\n";
       Fail(p.identity, p.request_id, p.layer, p.expert, x::Error::kReadFailed, d.error);
+      pool_.Put(p.buf);
     } else {
-      const std::span<const uint8_t> bytes(p.buf.get() + p.skip, p.length);
+      const std::span<const uint8_t> bytes(p.buf->data + p.skip, p.length);
       const uint64_t sum = ipc::ExpertChecksum(bytes);
-      // ZeroMQ sends straight from the read buffer and frees it when done with it.
-      uint8_t* buf = p.buf.release();
-      zmq::message_t frame(buf + p.skip, p.length, [](void*, void* whole) { std::free(whole); }, buf);
+      // ZeroMQ sends straight from the read buffer and hands it back to the pool when done.
+      zmq::message_t frame(p.buf->data + p.skip, p.length, &BufferPool::Release, p.buf);
       ipc::SendMessageMoving(*router_, ipc::Encode(x::ExpertBytes{p.request_id, p.layer, p.expert, p.length, sum}),
                              std::move(frame), p.identity);
       ++sent_;
@@ -154,6 +155,7 @@ class ExpertServer {
 
   Flags f_;
   zmq::context_t& ctx_;
+  BufferPool& pool_;
   std::optional<Checkpoint> ck_;
   ModelConfig cfg_;
   std::optional<ReadWorker> worker_;
@@ -179,8 +181,9 @@ int RunMain(int argc, char** argv) {
   }
   InstallStopSignals();
   try {
+    BufferPool pool(kAlign, 64);  // declared first: destroyed after the context
     zmq::context_t ctx;
-    ExpertServer server(f, ctx);
+    ExpertServer server(f, ctx, pool);
     server.Start();
     server.Serve();
     server.Report();

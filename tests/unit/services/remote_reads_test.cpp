@@ -88,6 +88,7 @@ TEST_F(RemoteReadsTest, BadChecksumOrLengthIsAnError) {
   ASSERT_EQ(done.size(), 2u);
   for (const auto& d : done) {
     EXPECT_NE(d.error.find("fail their length or XXH3 check"), std::string::npos) << d.error;
+    EXPECT_TRUE(d.corrupt);
     EXPECT_EQ(d.bytes, 0u);
   }
   EXPECT_TRUE(std::all_of(slot.begin(), slot.end(), [](uint8_t b) { return b == 0; })) << "bad bytes were copied";
