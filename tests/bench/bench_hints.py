@@ -17,12 +17,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_pipeline as bp  # noqa: E402
 
 
-def one_run(bins, toml, ckpt, budget_mib, gen, io, hints, out_json, nice):
+def one_run(bins, toml, ckpt, budget_mib, gen, io, extra, out_json, nice):
+    """One k3-launch run after dropping the page cache; returns its JSON report."""
     bp.drop_caches(True)
     cmd = [os.path.join(bins, "k3-launch"), toml, "--model", ckpt, "--budget", f"{budget_mib}M", "--ids", "1",
-           "--gen", str(gen), "--io", io, "--out", out_json]
-    if not hints:
-        cmd.append("--no-prefetch-hints")
+           "--gen", str(gen), "--io", io, "--out", out_json] + list(extra)
     if os.geteuid() == 0 and nice:
         cmd = ["nice", "-n", str(nice)] + cmd
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -59,7 +58,8 @@ def main(argv=None):
     ids = {}
     for i in range(a.repeats):
         for hints in (True, False):
-            r = one_run(bins, toml, ckpt, budget, a.gen, a.io, hints, os.path.join(work, "hints.json"), a.nice)
+            r = one_run(bins, toml, ckpt, budget, a.gen, a.io, [] if hints else ["--no-prefetch-hints"],
+                        os.path.join(work, "hints.json"), a.nice)
             row = dict(spt=r["seconds_per_token"], wait=r["expert_wait_seconds_per_token"],
                        mb=r["expert_bytes_per_token"] / 1e6, hit=r["expert_hit_rate"], recall=r["hint_recall"],
                        reads=r["prefetch_reads"], used=r["prefetch_used"])

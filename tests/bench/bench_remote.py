@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Experts from a k3-expert-server, A/B: starts the server on 127.0.0.1 over the benchmark
+checkpoint, then alternates k3-launch runs that read experts through it (--expert-server) and
+runs that read them from the local shards, page cache dropped before each, at a budget that
+reads experts during the run (default: bench_pipeline.py's "middle"). Prints every run, then
+medians and the ratio remote / local. Server and pipeline share this machine's cores and its
+disk, so this measures the path's overhead, not a network. Not part of the test suite.
+
+    sudo /usr/bin/python3 tests/bench/bench_remote.py build-bench [--bin DIR] [--repeats 3]
+"""
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_hints as bh  # noqa: E402
+import bench_pipeline as bp  # noqa: E402
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("build_dir")
+    ap.add_argument("--bin", help="directory of k3-launch, k3-expert-server and the services (default BUILD_DIR/bin)")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--experts", type=int, default=64)
+    ap.add_argument("--vocab", type=int, default=32768)
+    ap.add_argument("--gen", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--io", default="direct")
+    ap.add_argument("--budget", type=int, help="MiB (default: the middle of bench_pipeline's three)")
+    ap.add_argument("--nice", type=int, default=-20)
+    a = ap.parse_args(argv)
+    bins = os.path.abspath(a.bin or os.path.join(a.build_dir, "bin"))
+    ckpt = bp.ensure_checkpoint(a.build_dir, a.layers, a.experts, a.vocab)
+    work = os.path.join(a.build_dir, "bench-runs")
+    os.makedirs(work, exist_ok=True)
+    toml = os.path.join(work, "remote.toml")
+    with open(toml, "w") as f:
+        f.write(f'model = "{ckpt}"\nbudget = "auto"\nio = "{a.io}"\ngen = {a.gen}\nring_slots = 2\n')
+    budget = a.budget or dict(bp.choose_budgets(bins, toml, ckpt, bp.weight_bytes(ckpt))[0])["middle"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"tcp://127.0.0.1:{port}"
+    server = subprocess.Popen([os.path.join(bins, "k3-expert-server"), "--model", ckpt, "--bind", endpoint,
+                               "--io", a.io], stderr=subprocess.PIPE, text=True)
+    print(server.stderr.readline().strip(), flush=True)
+    print(f"checkpoint {ckpt}; budget {budget} MiB; gen {a.gen}; io {a.io}; {a.repeats} pairs", flush=True)
+    rows = {"remote": [], "local": []}
+    ids = {}
+    try:
+        for _ in range(a.repeats):
+            for mode in ("remote", "local"):
+                extra = ["--expert-server", endpoint] if mode == "remote" else []
+                r = bh.one_run(bins, toml, ckpt, budget, a.gen, a.io, extra, os.path.join(work, "remote.json"), a.nice)
+                fetcher = r["service_stats"]["expert-fetcher"]
+                row = dict(spt=r["seconds_per_token"], wait=r["expert_wait_seconds_per_token"],
+                           mb=r["expert_bytes_per_token"] / 1e6, mbs=fetcher.get("read_mb_s", 0.0))
+                rows[mode].append(row)
+                ids.setdefault(mode, r["generated_ids"])
+                print(f"{mode:6} s/token {row['spt']:.3f}  expert wait/token {row['wait']:.3f} s  "
+                      f"experts read {row['mb']:.0f} MB/token at {row['mbs']:.0f} MB/s", flush=True)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+        print(err.strip().splitlines()[-1] if err.strip() else "(no server stats)")
+    med = {m: {k: statistics.median(x[k] for x in rows[m]) for k in rows[m][0]} for m in rows}
+    print()
+    print("| experts from | s/token (median) | expert wait/token | experts read/token | fetcher read MB/s |")
+    print("|---|---|---|---|---|")
+    for m in ("remote", "local"):
+        print(f"| {m} | {med[m]['spt']:.3f} | {med[m]['wait']:.3f} s | {med[m]['mb']:.0f} MB | {med[m]['mbs']:.0f} |")
+    same = ids["remote"] == ids["local"]
+    print(f"\nratio remote / local (median s/token): {med['remote']['spt'] / med['local']['spt']:.3f}; ids identical: {same}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
