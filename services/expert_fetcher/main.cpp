@@ -48,12 +48,6 @@ struct Waiter {
   uint64_t request_id = 0;
 };
 
-// Where one expert's six tensors are read from (widened to 4096 bounds, clamped to the file).
-struct ExpertRun {
-  int shard = 0;
-  uint64_t begin = 0, end = 0, wbegin = 0, wend = 0;
-};
-
 class ExpertFetcher {
  public:
   ExpertFetcher(const Flags& f, zmq::context_t& ctx, ControlLink& ctl) : f_(f), ctx_(ctx), ctl_(ctl) {}
@@ -75,7 +69,7 @@ class ExpertFetcher {
     uint64_t widest = 0;
     for (int l = static_cast<int>(cfg_.first_k_dense_replace); l < cfg_.num_layers; ++l)
       for (int e = 0; e < cfg_.num_experts; ++e) {
-        const ExpertRun& r = Run(l, e);
+        const ReadRun& r = Run(l, e);
         widest = std::max(widest, r.wend - r.wbegin);
       }
     if (widest > table_->slot_bytes())
@@ -163,18 +157,13 @@ class ExpertFetcher {
   }
 
  private:
-  const ExpertRun& Run(int layer, int expert) {
+  // Where one expert's six tensors are read from (widened to 4096 bounds, clamped to the file).
+  const ReadRun& Run(int layer, int expert) {
     const uint64_t key = ExpertKey{layer, expert}.packed();
     auto it = runs_.find(key);
     if (it != runs_.end()) return it->second;
     const ByteRange r = ExpertRange(*ck_, layer, expert);
-    ExpertRun run;
-    run.shard = r.shard;
-    run.begin = static_cast<uint64_t>(r.begin);
-    run.end = static_cast<uint64_t>(r.end);
-    run.wbegin = AlignDown(run.begin);
-    run.wend = std::min(AlignUp(static_cast<uint64_t>(r.end)), sizes_.at(static_cast<size_t>(r.shard)));
-    return runs_.emplace(key, run).first->second;
+    return runs_.emplace(key, Widen(r, sizes_.at(static_cast<size_t>(r.shard)))).first->second;
   }
 
   bool Valid(int layer, int expert) const {
@@ -198,7 +187,7 @@ class ExpertFetcher {
   bool StartRead(ExpertKey key, bool demand) {
     const auto victim = cache_->PickVictim();
     if (!victim) return false;
-    const ExpertRun& r = Run(key.layer, key.expert);
+    const ReadRun& r = Run(key.layer, key.expert);
     cache_->StartFill(*victim, key);
     uint8_t* dst = table_->BeginFill(*victim);
     if (ReadsPending() == 0) t_busy_ = Clock::now();
@@ -252,7 +241,7 @@ class ExpertFetcher {
     }
     // Misses are read in file order.
     std::sort(misses.begin(), misses.end(), [this](ExpertKey a, ExpertKey b) {
-      const ExpertRun &ra = Run(a.layer, a.expert), &rb = Run(b.layer, b.expert);
+      const ReadRun &ra = Run(a.layer, a.expert), &rb = Run(b.layer, b.expert);
       return std::pair(ra.shard, ra.begin) < std::pair(rb.shard, rb.begin);
     });
     for (ExpertKey k : misses) {
@@ -333,7 +322,7 @@ class ExpertFetcher {
   std::optional<Checkpoint> ck_;
   ModelConfig cfg_;
   std::vector<uint64_t> sizes_;
-  std::map<uint64_t, ExpertRun> runs_;
+  std::map<uint64_t, ReadRun> runs_;
   ipc::ShmArena arena_;
   std::optional<ipc::SlotTable> table_;
   std::optional<ExpertCache> cache_;

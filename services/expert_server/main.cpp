@@ -31,12 +31,12 @@
 #include "common/service/service_shell.h"
 #include "common/tensor_names.h"
 #include "services/expert_server/buffer_pool.h"
+#include "services/trunk_reader/trunk_layout.h"
 
 namespace k3::svc {
 namespace {
 
 namespace x = ipc::experts;
-constexpr uint64_t kAlign = 4096;
 
 struct Flags {
   std::string model, bind, io = "pread";
@@ -111,22 +111,20 @@ class ExpertServer {
              "layer " + std::to_string(m.layer) + " expert " + std::to_string(e) + " has no routed expert");
         continue;
       }
-      const ByteRange r = ExpertRange(*ck_, m.layer, e);
-      const uint64_t size = worker_->file_size(r.shard);
-      const uint64_t wbegin = static_cast<uint64_t>(r.begin) / kAlign * kAlign;
-      const uint64_t wend = std::min(size, (static_cast<uint64_t>(r.end) + kAlign - 1) / kAlign * kAlign);
+      const ByteRange range = ExpertRange(*ck_, m.layer, e);
+      const ReadRun r = Widen(range, worker_->file_size(range.shard));
       Pending p;
       p.identity = id;
       p.request_id = m.request_id;
       p.layer = m.layer;
       p.expert = e;
-      p.skip = static_cast<uint64_t>(r.begin) - wbegin;
-      p.length = static_cast<uint64_t>(r.end - r.begin);
-      p.buf = pool_.Get(wend - wbegin);
-      if (!p.buf) throw RuntimeFailure("out of memory for a " + std::to_string(wend - wbegin) + "-byte expert read");
+      p.skip = r.lead();
+      p.length = r.length();
+      p.buf = pool_.Get(r.wlength());
+      if (!p.buf) throw RuntimeFailure("out of memory for a " + std::to_string(r.wlength()) + "-byte expert read");
       const uint64_t tag = next_tag_++;
       if (worker_->pending() == 0) t_busy_ = Clock::now();
-      worker_->Submit({tag, r.shard, {{wbegin, wend - wbegin, p.buf->data}}});
+      worker_->Submit({tag, r.shard, {{r.wbegin, r.wlength(), p.buf->data}}});
       pending_.emplace(tag, std::move(p));
     }
   }
@@ -181,7 +179,7 @@ int RunMain(int argc, char** argv) {
   }
   InstallStopSignals();
   try {
-    BufferPool pool(kAlign, 64);  // declared first: destroyed after the context
+    BufferPool pool(kAlign, 64);  // declared before the context: destroyed after it
     zmq::context_t ctx;
     ExpertServer server(f, ctx, pool);
     server.Start();

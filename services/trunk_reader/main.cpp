@@ -134,7 +134,7 @@ class TrunkReader {
     const auto t0 = Clock::now();
     uint8_t* base = pinned_arena_.mutable_data();
     for (size_t i = 0; i < pinned_.size(); ++i) {
-      const TrunkRun& r = layout_.runs[static_cast<size_t>(pinned_[i].layer)];
+      const ReadRun& r = layout_.runs[static_cast<size_t>(pinned_[i].layer)];
       worker_->Submit({i, r.shard, {{r.wbegin, r.wlength(), base + pinned_[i].arena_offset}}});
     }
     size_t landed = 0;
@@ -238,13 +238,13 @@ class TrunkReader {
 
   void AnnounceRing(uint32_t s) {
     const auto& slot = sched_->slots()[s];
-    const TrunkRun& r = layout_.runs[static_cast<size_t>(slot.layer)];
+    const ReadRun& r = layout_.runs[static_cast<size_t>(slot.layer)];
     Send(ipc::Encode(w::LayerReady{slot.layer, static_cast<int32_t>(s), slot.generation, r.lead(), r.length()}));
   }
 
   void Pump() {
     while (auto f = sched_->NextFill()) {
-      const TrunkRun& r = layout_.runs[static_cast<size_t>(f->layer)];
+      const ReadRun& r = layout_.runs[static_cast<size_t>(f->layer)];
       uint8_t* dst = ring_->BeginFill(f->slot);
       if (worker_->pending() == 0) t_busy_ = Clock::now();
       worker_->Submit({f->slot, r.shard, {{r.wbegin, r.wlength(), dst}}});

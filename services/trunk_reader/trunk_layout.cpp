@@ -8,10 +8,9 @@
 #include "common/tensor_names.h"
 
 namespace k3::svc {
-namespace {
 
-TrunkRun Widen(const ByteRange& r, uint64_t file_size) {
-  TrunkRun t;
+ReadRun Widen(const ByteRange& r, uint64_t file_size) {
+  ReadRun t;
   t.shard = r.shard;
   t.begin = static_cast<uint64_t>(r.begin);
   t.end = static_cast<uint64_t>(r.end);
@@ -19,8 +18,6 @@ TrunkRun Widen(const ByteRange& r, uint64_t file_size) {
   t.wend = std::min(AlignUp(t.end), std::max(file_size, t.end));
   return t;
 }
-
-}  // namespace
 
 TrunkLayout BuildTrunkLayout(const Checkpoint& ck, const ModelConfig& cfg, GlobalsSet set) {
   TrunkLayout out;
@@ -96,7 +93,7 @@ std::vector<PinnedEntry> PlanPinned(const TrunkLayout& layout, const std::vector
   std::vector<PinnedEntry> out;
   uint64_t at = 0;
   for (int l : order) {
-    const TrunkRun& r = layout.runs.at(static_cast<size_t>(l));
+    const ReadRun& r = layout.runs.at(static_cast<size_t>(l));
     out.push_back({l, at, at + r.lead(), r.length()});
     at = AlignUp(at + r.wlength());
   }

@@ -13,6 +13,7 @@
 
 #include "common/model_config.h"
 #include "common/safetensors.h"
+#include "common/tensor_names.h"
 
 namespace k3::svc {
 
@@ -20,9 +21,11 @@ inline constexpr uint64_t kAlign = 4096;
 inline uint64_t AlignDown(uint64_t v) { return v / kAlign * kAlign; }
 inline uint64_t AlignUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-struct TrunkRun {
+// A byte run of one shard (a layer's trunk, the globals, an lm_head chunk, an expert) and the
+// window it is read through.
+struct ReadRun {
   int shard = 0;
-  uint64_t begin = 0;   // first trunk byte in the shard
+  uint64_t begin = 0;   // first byte of the run in the shard
   uint64_t end = 0;     // one past the last
   uint64_t wbegin = 0;  // widened read window
   uint64_t wend = 0;
@@ -31,11 +34,14 @@ struct TrunkRun {
   uint64_t lead() const { return begin - wbegin; }
 };
 
+// `r` widened to 4096 bounds for O_DIRECT, the end clamped to the shard's size.
+ReadRun Widen(const ByteRange& r, uint64_t file_size);
+
 struct TrunkLayout {
   int num_layers = 0;
   // num_layers + 1 entries (the last is the globals), then one per lm_head chunk when
   // lm_head streams: chunk c is pseudo-layer num_layers + 1 + c.
-  std::vector<TrunkRun> runs;
+  std::vector<ReadRun> runs;
   int64_t lm_chunk_rows = 0;  // rows per lm_head chunk (0: lm_head is in the globals run)
   int lm_chunks = 0;
   int globals() const { return num_layers; }

@@ -31,28 +31,38 @@ def one_run(bins, toml, ckpt, budget_mib, gen, io, extra, out_json, nice):
         return json.load(f)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def ab_args(doc, repeats, argv):
+    """The command line of the A/B benchmarks (this one and bench_remote.py)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("build_dir")
     ap.add_argument("--bin", help="directory of k3-launch and the services (default BUILD_DIR/bin)")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--experts", type=int, default=64)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--gen", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=repeats)
     ap.add_argument("--io", default="direct")
     ap.add_argument("--budget", type=int, help="MiB (default: the middle of bench_pipeline's three)")
     ap.add_argument("--nice", type=int, default=-20)
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def ab_setup(a, name):
+    """(bins, checkpoint, work dir, TOML, budget MiB) for an A/B benchmark called `name`."""
     bins = os.path.abspath(a.bin or os.path.join(a.build_dir, "bin"))
     ckpt = bp.ensure_checkpoint(a.build_dir, a.layers, a.experts, a.vocab)
     work = os.path.join(a.build_dir, "bench-runs")
     os.makedirs(work, exist_ok=True)
-    toml = os.path.join(work, "hints.toml")
+    toml = os.path.join(work, name + ".toml")
     with open(toml, "w") as f:
         f.write(f'model = "{ckpt}"\nbudget = "auto"\nio = "{a.io}"\ngen = {a.gen}\nring_slots = 2\n')
-    w = bp.weight_bytes(ckpt)
-    budget = a.budget or dict(bp.choose_budgets(bins, toml, ckpt, w)[0])["middle"]
+    budget = a.budget or dict(bp.choose_budgets(bins, toml, ckpt, bp.weight_bytes(ckpt))[0])["middle"]
+    return bins, ckpt, work, toml, budget
+
+
+def main(argv=None):
+    a = ab_args(__doc__, 5, argv)
+    bins, ckpt, work, toml, budget = ab_setup(a, "hints")
     print(f"checkpoint {ckpt}; budget {budget} MiB; gen {a.gen}; io {a.io}; {a.repeats} pairs", flush=True)
     rows = {True: [], False: []}
     ids = {}

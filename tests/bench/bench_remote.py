@@ -8,7 +8,6 @@ disk, so this measures the path's overhead, not a network. Not part of the test 
 
     sudo /usr/bin/python3 tests/bench/bench_remote.py build-bench [--bin DIR] [--repeats 3]
 """
-import argparse
 import os
 import signal
 import socket
@@ -18,30 +17,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_hints as bh  # noqa: E402
-import bench_pipeline as bp  # noqa: E402
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("build_dir")
-    ap.add_argument("--bin", help="directory of k3-launch, k3-expert-server and the services (default BUILD_DIR/bin)")
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--experts", type=int, default=64)
-    ap.add_argument("--vocab", type=int, default=32768)
-    ap.add_argument("--gen", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--io", default="direct")
-    ap.add_argument("--budget", type=int, help="MiB (default: the middle of bench_pipeline's three)")
-    ap.add_argument("--nice", type=int, default=-20)
-    a = ap.parse_args(argv)
-    bins = os.path.abspath(a.bin or os.path.join(a.build_dir, "bin"))
-    ckpt = bp.ensure_checkpoint(a.build_dir, a.layers, a.experts, a.vocab)
-    work = os.path.join(a.build_dir, "bench-runs")
-    os.makedirs(work, exist_ok=True)
-    toml = os.path.join(work, "remote.toml")
-    with open(toml, "w") as f:
-        f.write(f'model = "{ckpt}"\nbudget = "auto"\nio = "{a.io}"\ngen = {a.gen}\nring_slots = 2\n')
-    budget = a.budget or dict(bp.choose_budgets(bins, toml, ckpt, bp.weight_bytes(ckpt))[0])["middle"]
+    a = bh.ab_args(__doc__, 3, argv)
+    bins, ckpt, work, toml, budget = bh.ab_setup(a, "remote")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

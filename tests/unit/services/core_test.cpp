@@ -30,7 +30,7 @@ TEST(PinnedPlan, PacksAlignedWithGlobalsLast) {
   TrunkLayout l;
   l.num_layers = 3;
   // Runs with unaligned starts; widened windows as BuildTrunkLayout makes them.
-  auto run = [](uint64_t b, uint64_t e) { return TrunkRun{0, b, e, b / 4096 * 4096, (e + 4095) / 4096 * 4096}; };
+  auto run = [](uint64_t b, uint64_t e) { return ReadRun{0, b, e, b / 4096 * 4096, (e + 4095) / 4096 * 4096}; };
   l.runs = {run(100, 5000), run(5000, 9000), run(9000, 20000), run(20000, 20100)};
   uint64_t total = 0;
   auto p = PlanPinned(l, {2, 0}, &total);
