@@ -42,6 +42,7 @@ int Main(int argc, char** argv) {
   po.prefill_chunk = opt.prefill_chunk;
   po.ring_slots = opt.ring_slots;
   po.max_pinned_trunk = opt.max_pinned_trunk;
+  if (!opt.expert_server.empty()) po.remote_expert_frames = opt.inflight;  // the fetcher's bound
   const plan::MemoryPlan p = plan::MakePlan(m.plan_model, budget, po);
   std::FILE* plan_out = opt.dry_run ? stdout : stderr;  // stdout carries only ids in a run
   std::fprintf(plan_out, "memory plan for %s (%lld layers, %s; %s)\n", opt.model.c_str(),

@@ -28,13 +28,15 @@ int64_t SlotArena(int64_t slots, int64_t slot_bytes) {
   return static_cast<int64_t>(ipc::SlotTable::BytesNeeded(static_cast<uint32_t>(slots), static_cast<uint64_t>(slot_bytes)));
 }
 
-// Budget-independent parts of compute + tokenizer + per-process overhead.
+// Budget-independent parts of compute + tokenizer + per-process overhead (+ the fetcher's
+// frames from an expert server).
 struct Fixed {
-  int64_t kda_state = 0, mla_cache = 0, scratch = 0, overhead = 0, tokenizer = 0;
-  int64_t sum() const { return kda_state + mla_cache + scratch + overhead + tokenizer; }
+  int64_t kda_state = 0, mla_cache = 0, scratch = 0, overhead = 0, tokenizer = 0, remote = 0;
+  int64_t sum() const { return kda_state + mla_cache + scratch + overhead + tokenizer + remote; }
 };
 
-Fixed FixedCosts(const ModelConfig& c, const PlanOptions& o) {
+Fixed FixedCosts(const PlanModel& m, const PlanOptions& o) {
+  const ModelConfig& c = m.cfg;
   Fixed f;
   const int64_t n_kda = std::count(c.layer_kind.begin(), c.layer_kind.end(), MixerKind::KDA);
   const int64_t n_mla = static_cast<int64_t>(c.layer_kind.size()) - n_kda;
@@ -53,6 +55,8 @@ Fixed FixedCosts(const ModelConfig& c, const PlanOptions& o) {
   f.scratch = 4 * (o.prefill_chunk * per_token + c.mla_heads * o.context + c.vocab_size);
   f.overhead = 4 * o.process_overhead;
   f.tokenizer = o.tokenizer_bytes;
+  // Each expert in flight from the server sits whole in a ZeroMQ frame until it is copied.
+  f.remote = o.remote_expert_frames * m.expert_bytes;
   return f;
 }
 
@@ -178,7 +182,7 @@ bool WithinCap(const PlanModel& m, const std::vector<Candidate>& cands, size_t k
 
 int64_t FloorOf(const PlanModel& m, const PlanOptions& o) {
   const auto cands = Candidates(m);
-  const Fixed f = FixedCosts(m.cfg, o);
+  const Fixed f = FixedCosts(m, o);
   const int64_t min_experts = SlotArena(m.cfg.top_k, Widened(m.expert_bytes));
   int64_t floor = INT64_MAX;
   for (size_t k = 0; k <= cands.size(); ++k)
@@ -202,7 +206,7 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
                                  std::to_string(floor) + " bytes) for context " + std::to_string(o.context) +
                                  "; raise --budget or lower the context");
   const auto cands = Candidates(m);
-  const Fixed f = FixedCosts(m.cfg, o);
+  const Fixed f = FixedCosts(m, o);
   // The fetcher reads an expert's run widened to 4096 bounds straight into its slot.
   const int64_t expert_slot = Widened(m.expert_bytes);
   const int64_t min_experts = SlotArena(m.cfg.top_k, expert_slot);
@@ -226,6 +230,7 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
   p.scratch = f.scratch;
   p.overhead = f.overhead;
   p.tokenizer = f.tokenizer;
+  p.remote_frames = f.remote;
   Layout l = LayoutFor(m, cands, k, o, false);
   int64_t used = f.sum() + Shm(l);
   // Every remaining byte becomes expert slots (no more than the model has experts).
@@ -264,7 +269,7 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
 std::vector<Region> MemoryPlan::regions() const {
   const std::string globals = "globals " + FormatBytes(globals_bytes) +
                               (embed_resident ? " incl. embedding" : "") + (lm_head_resident ? " incl. lm_head" : "");
-  return {
+  std::vector<Region> r = {
       {"compute", "kda-state", kda_state, "recurrent + conv state, fp32"},
       {"compute", "mla-cache", mla_cache, "latent cache, fp32"},
       {"compute", "scratch", scratch, "activations (estimate)"},
@@ -280,6 +285,8 @@ std::vector<Region> MemoryPlan::regions() const {
       {"shm", "experts", expert_arena_bytes,
        std::to_string(expert_slots) + " slots x " + FormatBytes(expert_slot_bytes)},
   };
+  if (remote_frames > 0) r.push_back({"fetcher", "remote-frames", remote_frames, "experts in flight from the expert server"});
+  return r;
 }
 
 std::string MemoryPlan::Table() const {

@@ -25,6 +25,7 @@ struct PlanOptions {
   int64_t lm_head_window = 256ll << 20;         // lm_head chunk when no trunk layer streams
   int64_t embed_window = 16ll << 20;            // embed-window arena when not resident
   int64_t max_pinned_trunk = -1;                // config override: cap on pinned trunk bytes (-1 = none)
+  int64_t remote_expert_frames = 0;             // experts in flight from a k3-expert-server (0: none)
 };
 
 // What the model needs, independent of the budget.
@@ -70,6 +71,7 @@ struct MemoryPlan {
   int64_t scratch = 0;
   int64_t overhead = 0;  // all processes
   int64_t tokenizer = 0;
+  int64_t remote_frames = 0;  // expert fetcher: expert frames received from the expert server
   // trunk arena
   std::vector<int> pinned_layers;  // ascending layer indices
   int64_t pinned_bytes = 0;        // pinned arena: header page + widened layers + widened globals run

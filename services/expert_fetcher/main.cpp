@@ -83,7 +83,7 @@ class ExpertFetcher {
     if (!f_.remote.empty()) {
       // Re-send well before giving up, but not so often that a busy server reads twice.
       const auto give_up = std::chrono::milliseconds(static_cast<int64_t>(f_.remote_timeout * 1000));
-      remote_.emplace(ctx_, f_.remote, std::min(std::chrono::milliseconds(5000), give_up / 4), give_up);
+      remote_.emplace(ctx_, f_.remote, f_.inflight, std::min(std::chrono::milliseconds(5000), give_up / 4), give_up);
       std::fprintf(stderr, "[expert-fetcher] routed experts come from the expert server at %s\n", f_.remote.c_str());
     }
     if (f_.warm) QueueWarmUp();

@@ -1,5 +1,6 @@
 #include "services/expert_fetcher/remote_reads.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <variant>
@@ -10,9 +11,13 @@ namespace k3::svc {
 
 namespace x = ipc::experts;
 
-RemoteReads::RemoteReads(zmq::context_t& ctx, const std::string& endpoint, std::chrono::milliseconds resend,
-                         std::chrono::milliseconds give_up)
-    : endpoint_(endpoint), sock_(ctx, zmq::socket_type::dealer), resend_(resend), give_up_(give_up) {
+RemoteReads::RemoteReads(zmq::context_t& ctx, const std::string& endpoint, int in_flight,
+                         std::chrono::milliseconds resend, std::chrono::milliseconds give_up)
+    : endpoint_(endpoint),
+      sock_(ctx, zmq::socket_type::dealer),
+      in_flight_(static_cast<size_t>(std::max(1, in_flight))),
+      resend_(resend),
+      give_up_(give_up) {
   sock_.set(zmq::sockopt::linger, 0);
   sock_.connect(endpoint);
 }
@@ -22,11 +27,19 @@ void RemoteReads::Send(uint64_t id, const Read& r) {
 }
 
 void RemoteReads::Submit(uint64_t tag, int layer, int expert, uint8_t* dst, uint64_t length) {
-  const auto now = ipc::Clock::now();
-  const uint64_t id = next_id_++;
-  Read r{tag, layer, expert, dst, length, now, now};
-  Send(id, r);
-  pending_.emplace(id, r);
+  waiting_.push_back({tag, layer, expert, dst, length, {}, {}});
+  SendWaiting();
+}
+
+void RemoteReads::SendWaiting() {
+  while (pending_.size() < in_flight_ && !waiting_.empty()) {
+    Read r = waiting_.front();
+    waiting_.pop_front();
+    r.first = r.last = ipc::Clock::now();
+    const uint64_t id = next_id_++;
+    Send(id, r);
+    pending_.emplace(id, r);
+  }
 }
 
 std::vector<ReadDone> RemoteReads::TakeCompleted() {
@@ -73,6 +86,7 @@ std::vector<ReadDone> RemoteReads::TakeCompleted() {
     }
     ++it;
   }
+  SendWaiting();
   return done;
 }
 

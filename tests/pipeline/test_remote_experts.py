@@ -39,6 +39,14 @@ class RemoteExpertsTest(unittest.TestCase):
         cls.base = tp.PipelineTest
         cls.expected = cls.base.expected
         cls.tmp = tempfile.mkdtemp(prefix="k3-remote-test-")
+        # With an expert server the plan also holds the fetcher's frames in flight, so every
+        # budget of the pipeline tests grows by that much (the floor difference) to keep its plan.
+        r = subprocess.run([os.path.join(tp.BIN, "k3-launch"), cls.base.toml, "--budget", "1", "--dry-run",
+                            "--expert-server", "tcp://127.0.0.1:1"], capture_output=True, text=True, timeout=tp.TIMEOUT)
+        assert r.returncode == 6, r.stderr
+        cls.extra = int(r.stderr.split("(")[1].split(" bytes")[0]) - cls.base.floor
+        assert cls.extra > 0, "the expert server's frames are not in the plan"
+
 
     def start_server(self, port):
         p = subprocess.Popen([os.path.join(tp.BIN, "k3-expert-server"), "--model", tp.MODEL, "--bind",
@@ -71,7 +79,7 @@ class RemoteExpertsTest(unittest.TestCase):
             hints_budget = self.base.hint_budgets()[0]
             for budget in (self.base.budgets["stream"], hints_budget, self.base.budgets["pinned"]):
                 with self.subTest(budget=budget):
-                    rc, out, err, _ = self.launch(budget, port)
+                    rc, out, err, _ = self.launch(budget + self.extra, port)
                     self.assertEqual(rc, 0, err[-3000:])
                     self.assertEqual([int(x) for x in out.split()], self.expected)
                     self.assertIn("routed experts come from the expert server at tcp://127.0.0.1:%d" % port, err)
@@ -94,7 +102,8 @@ class RemoteExpertsTest(unittest.TestCase):
             f.write('model = "%s"\nbudget = "1G"\nio = "pread"\ngen = %d\nthreads = 1\n'
                     'expert_server = "tcp://127.0.0.1:%d"\nexpert_server_timeout = 60\n' % (tp.MODEL, tp.GEN, port))
         out_json = os.path.join(self.tmp, "late.json")
-        p = subprocess.Popen([os.path.join(tp.BIN, "k3-launch"), toml, "--budget", str(self.base.budgets["stream"]),
+        p = subprocess.Popen([os.path.join(tp.BIN, "k3-launch"), toml, "--budget",
+                              str(self.base.budgets["stream"] + self.extra),
                               "--ids", tp.IDS, "--out", out_json], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
         time.sleep(1.5)
@@ -115,7 +124,7 @@ class RemoteExpertsTest(unittest.TestCase):
             f.write('model = "%s"\nbudget = "1G"\nio = "pread"\ngen = %d\nthreads = 1\nexpert_server_timeout = 1.5\n'
                     % (tp.MODEL, tp.GEN))
         t0 = time.time()
-        rc, out, err, _ = self.launch(self.base.budgets["stream"], port, toml=toml)
+        rc, out, err, _ = self.launch(self.base.budgets["stream"] + self.extra, port, toml=toml)
         self.assertEqual(rc, 1, err[-3000:])
         self.assertIn("expert server tcp://127.0.0.1:%d did not answer within 1.5 s" % port, err)
         self.assertLess(time.time() - t0, 60)

@@ -231,6 +231,23 @@ TEST(MemoryPlan, PinCapFromConfigLeavesMoreForExperts) {
   EXPECT_LE(capped.total, capped.budget);
 }
 
+// Experts read from a k3-expert-server arrive whole in ZeroMQ frames in the fetcher: the plan
+// counts `remote_expert_frames` of them, raising the floor by exactly that much.
+TEST(MemoryPlan, RemoteExpertFramesAreBudgeted) {
+  const PlanModel m = Synthetic();
+  PlanOptions local = SmallOptions(), remote = SmallOptions();
+  remote.remote_expert_frames = 4;
+  EXPECT_EQ(PlanFloor(m, remote) - PlanFloor(m, local), 4 * m.expert_bytes);
+  const MemoryPlan p = MakePlan(m, PlanFloor(m, remote) + 200 * kMiB, remote);
+  CheckInvariants(m, p);
+  EXPECT_EQ(p.remote_frames, 4 * m.expert_bytes);
+  const auto regions = p.regions();
+  EXPECT_EQ(std::count_if(regions.begin(), regions.end(), [](const Region& r) { return r.region == "remote-frames"; }), 1);
+  const MemoryPlan q = MakePlan(m, PlanFloor(m, remote) + 200 * kMiB, local);
+  CheckInvariants(m, q);
+  EXPECT_EQ(q.remote_frames, 0);
+}
+
 TEST(MemoryPlan, BadInputsAreUsageErrors) {
   PlanModel m = Synthetic();
   m.trunk_bytes.pop_back();

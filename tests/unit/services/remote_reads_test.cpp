@@ -95,7 +95,7 @@ TEST_F(RemoteReadsTest, BadChecksumOrLengthIsAnError) {
 }
 
 TEST_F(RemoteReadsTest, UnansweredRequestIsSentAgainThenGivenUp) {
-  svc::RemoteReads r(ctx_, "inproc://expert-server", 50ms, 400ms);
+  svc::RemoteReads r(ctx_, "inproc://expert-server", 4, 50ms, 400ms);
   std::vector<uint8_t> slot(bytes_.size(), 0);
   r.Submit(9, 4, 2, slot.data(), bytes_.size());
   auto first = NextRequest();  // lost: no answer
@@ -115,6 +115,30 @@ TEST_F(RemoteReadsTest, UnansweredRequestIsSentAgainThenGivenUp) {
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].tag, 10u);
   EXPECT_EQ(done[0].error, "expert server inproc://expert-server did not answer within 0.4 s");
+}
+
+// At most `in_flight` requests are out; the next goes when one is answered.
+TEST_F(RemoteReadsTest, AtMostInFlightRequestsAreOut) {
+  svc::RemoteReads r(ctx_, "inproc://expert-server", 2);
+  std::vector<uint8_t> slots(3 * bytes_.size(), 0);
+  for (int i = 0; i < 3; ++i) r.Submit(static_cast<uint64_t>(i), 1, i, slots.data() + i * bytes_.size(), bytes_.size());
+  EXPECT_EQ(r.pending(), 3u);
+  auto a = NextRequest();
+  auto b = NextRequest();
+  ipc::RejectCounter rejects;
+  EXPECT_FALSE(ipc::ReceiveVerified(server_, true, ipc::DecodeExperts, ipc::Clock::now() + 100ms, rejects))
+      << "a third request went out while two were unanswered";
+  Answer(a, bytes_, ipc::ExpertChecksum(bytes_));
+  ASSERT_EQ(Wait(r).size(), 1u);
+  auto c = NextRequest();
+  EXPECT_EQ(std::get<x::ExpertRequest>(c.message).experts, std::vector<int32_t>{2});
+  Answer(b, bytes_, ipc::ExpertChecksum(bytes_));
+  Answer(c, bytes_, ipc::ExpertChecksum(bytes_));
+  size_t n = 0;
+  for (int i = 0; i < 2 && n < 2; ++i) n += Wait(r).size();
+  EXPECT_EQ(n, 2u);
+  EXPECT_EQ(r.pending(), 0u);
+  EXPECT_TRUE(std::equal(bytes_.begin(), bytes_.end(), slots.begin() + 2 * bytes_.size()));
 }
 
 TEST_F(RemoteReadsTest, ServerFailureIsPassedOn) {
