@@ -56,6 +56,12 @@ class ExpertServer {
  public:
   // `pool` must outlive `ctx`: ZeroMQ returns sent buffers to it until the context ends.
   ExpertServer(const Flags& f, zmq::context_t& ctx, BufferPool& pool) : f_(f), ctx_(ctx), pool_(pool) {}
+  ~ExpertServer() {
+    worker_.reset();  // no read lands in a buffer after this
+    for (auto& [tag, p] : pending_) pool_.Put(p.buf);
+  }
+  ExpertServer(const ExpertServer&) = delete;
+  ExpertServer& operator=(const ExpertServer&) = delete;
 
   void Start() {
     ck_.emplace(Checkpoint::Open(f_.model));
