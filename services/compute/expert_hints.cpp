@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kernels/matmul.h"
+#include "mixers.h"
 #include "ops.h"
 
 namespace k3::compute {
@@ -16,9 +16,7 @@ const std::vector<int32_t>& NextLayerHints::Guess(const ModelConfig& cfg, int64_
   std::vector<int32_t>& guess = guesses_[next];
   guess.resize(static_cast<size_t>(K));
   RmsNorm(a, w.post_norm.data(), H, cfg.rms_norm_eps, x_.data());
-  kern::Matmul(w.moe.router, x_.data(), 1, logits_.data());
-  Route(logits_.data(), w.moe.bias.data(), E, K, cfg.moe_renormalize, cfg.routed_scaling_factor, guess.data(),
-        weights_.data());
+  RouteTokens(cfg, w.moe, x_.data(), 1, logits_.data(), guess.data(), weights_.data());
   ++stats_.hints;
   return guess;
 }

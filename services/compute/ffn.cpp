@@ -32,6 +32,15 @@ const char* ExpertIsa(const ModelConfig& cfg) {
   return cfg.expert_inputs_bf16 ? kern::ActiveMxfp4Bf16InIsa() : kern::ActiveIsa();
 }
 
+void RouteTokens(const ModelConfig& cfg, const MoeWeights& w, const float* x, int64_t T, float* logits,
+                 int32_t* idx, float* weights) {
+  const int64_t E = cfg.num_experts, K = cfg.top_k;
+  kern::Matmul(w.router, x, T, logits);
+  for (int64_t t = 0; t < T; ++t)
+    Route(logits + t * E, w.bias.data(), E, K, cfg.moe_renormalize, cfg.routed_scaling_factor, idx + t * K,
+          weights + t * K);
+}
+
 void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
                 const float* x, int64_t T, float* out, int32_t* topk_out, const ExpertHint* hint) {
   const int64_t H = cfg.hidden_size, E = cfg.num_experts, K = cfg.top_k;
@@ -40,10 +49,7 @@ void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, Expe
   // 1-3. router on the full-width x.
   std::vector<float> logits(static_cast<size_t>(T * E)), weight(static_cast<size_t>(T * K));
   std::vector<int32_t> idx(static_cast<size_t>(T * K));
-  kern::Matmul(w.router, x, T, logits.data());
-  for (int64_t t = 0; t < T; ++t)
-    Route(logits.data() + t * E, w.bias.data(), E, K, cfg.moe_renormalize,
-          cfg.routed_scaling_factor, idx.data() + t * K, weight.data() + t * K);
+  RouteTokens(cfg, w, x, T, logits.data(), idx.data(), weight.data());
   if (topk_out) std::copy(idx.begin(), idx.end(), topk_out);
 
   // 5a. group (token, rank) slots by expert and ask for the experts at once: the latent

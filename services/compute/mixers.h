@@ -22,6 +22,11 @@ void MlaForward(const ModelConfig& cfg, const MlaWeights& w, MlaCache& cache, co
 void FfnForward(const ModelConfig& cfg, const FfnWeights& w, const float* x, int64_t T,
                 float* out);
 
+// Router (§3.8 steps 1-3) for T tokens of x[T][hidden]: logits[T][E], then per token the top-k
+// ids idx[T][K] and their weights[T][K] (Route in ops.h).
+void RouteTokens(const ModelConfig& cfg, const MoeWeights& w, const float* x, int64_t T, float* logits,
+                 int32_t* idx, float* weights);
+
 // A guess to pass on to the expert source (ExpertSource::Hint) once this layer's own request
 // is out, so the source never sees the guess before the demand.
 struct ExpertHint {

@@ -101,9 +101,7 @@ const ipc::weights::LayerReady& PipelineLayerSource::WaitFor(int32_t layer) {
       if (jt != ready_.end() && Usable(jt->second)) break;
     }
   }
-  // Drain whatever else already arrived (read-ahead announcements) without blocking.
-  while (auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeWeights, Clock::now(), c_.rejects))
-    Handle(msg->message);
+  DrainArrived();  // read-ahead announcements
   if (waited) c_.trunk_wait_seconds += Since(t0);
   return ready_.at(layer);
 }
@@ -173,11 +171,15 @@ const LayerWeights& PipelineLayerSource::Acquire(int64_t layer) {
   }
 }
 
+void PipelineLayerSource::DrainArrived() {
+  while (auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeWeights, Clock::now(), c_.rejects))
+    Handle(msg->message);
+}
+
 const LayerWeights* PipelineLayerSource::Peek(int64_t layer) {
   const int32_t l = static_cast<int32_t>(layer);
   if (auto it = pinned_bound_.find(l); it != pinned_bound_.end()) return &it->second;
-  while (auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeWeights, Clock::now(), c_.rejects))
-    Handle(msg->message);
+  DrainArrived();
   const auto it = ready_.find(l);
   if (it == ready_.end() || !Usable(it->second)) return nullptr;
   LayerWeights w = BindLayer(cfg_, layer, Resolver(it->second, begin_[layer], shard_[layer]));
@@ -201,13 +203,18 @@ PipelineExpertSource::PipelineExpertSource(const ModelConfig& cfg, const Checkpo
                                            std::chrono::milliseconds resend)
     : cfg_(cfg), ck_(ck), sock_(experts), table_(ipc::SlotTable::Attach(arena)), c_(c), resend_(resend) {}
 
-void PipelineExpertSource::Send(const std::vector<int32_t>& experts) {
+void PipelineExpertSource::SendRequest(int32_t layer, const std::vector<int32_t>& experts,
+                                       ipc::experts::Priority priority) {
   ipc::experts::ExpertRequest req;
   req.request_id = next_id_++;
-  req.layer = layer_;
+  req.layer = layer;
   req.experts = experts;
-  req.priority = ipc::experts::Priority::kDemand;
+  req.priority = priority;
   ipc::SendMessage(sock_, ipc::Encode(req));
+}
+
+void PipelineExpertSource::Send(const std::vector<int32_t>& experts) {
+  SendRequest(layer_, experts, ipc::experts::Priority::kDemand);
 }
 
 void PipelineExpertSource::Request(int64_t layer, const std::vector<int32_t>& experts) {
@@ -221,12 +228,7 @@ void PipelineExpertSource::Request(int64_t layer, const std::vector<int32_t>& ex
 }
 
 void PipelineExpertSource::Hint(int64_t layer, const std::vector<int32_t>& experts) {
-  ipc::experts::ExpertRequest req;
-  req.request_id = next_id_++;
-  req.layer = static_cast<int32_t>(layer);
-  req.experts = experts;
-  req.priority = ipc::experts::Priority::kPrefetch;
-  ipc::SendMessage(sock_, ipc::Encode(req));
+  SendRequest(static_cast<int32_t>(layer), experts, ipc::experts::Priority::kPrefetch);
   ++c_.hints_sent;
 }
 

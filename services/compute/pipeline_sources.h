@@ -58,6 +58,7 @@ class PipelineLayerSource : public LayerSource, public HeadSource {
 
  private:
   bool Usable(const ipc::weights::LayerReady& r) const;
+  void DrainArrived();  // handles announcements that already arrived, without blocking
   const ipc::weights::LayerReady& WaitFor(int32_t layer);
   void Handle(const ipc::weights::Message& m);
   TensorResolver Resolver(const ipc::weights::LayerReady& r, int64_t begin, int shard) const;
@@ -98,7 +99,8 @@ class PipelineExpertSource : public ExpertSource {
   void Hint(int64_t layer, const std::vector<int32_t>& experts) override;
 
  private:
-  void Send(const std::vector<int32_t>& experts);
+  void Send(const std::vector<int32_t>& experts);  // a Demand request for the current layer
+  void SendRequest(int32_t layer, const std::vector<int32_t>& experts, ipc::experts::Priority priority);
   void WaitOne();  // receives one message (or re-requests after the resend timeout)
   void ReleaseRef(int32_t layer, int32_t expert, const ipc::SlotRef& ref);
 
