@@ -59,6 +59,12 @@ struct ModelConfig {
 
   // ---- derived geometry ----
   bool is_dense(int64_t layer) const { return layer < first_k_dense_replace; }
+  // Routed experts: layers [first_k_dense_replace, num_layers) x experts [0, num_experts).
+  int64_t moe_layers() const { return num_layers > first_k_dense_replace ? num_layers - first_k_dense_replace : 0; }
+  int64_t routed_expert_count() const { return moe_layers() * num_experts; }
+  bool has_routed_expert(int64_t layer, int64_t expert) const {
+    return layer >= first_k_dense_replace && layer < num_layers && expert >= 0 && expert < num_experts;
+  }
   bool is_block_start(int64_t layer) const { return layer % attn_res_block_size == 0; }
   int64_t kda_proj() const { return kda_heads * kda_head_dim; }
   int64_t mla_q_head() const { return qk_nope_head_dim + qk_rope_head_dim; }

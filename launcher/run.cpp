@@ -530,7 +530,7 @@ void Runner::WriteReport(const std::vector<int32_t>& ids) {
 }  // namespace
 
 bool AllExpertsResident(const ModelLayout& m, const plan::MemoryPlan& p) {
-  return p.expert_slots >= (m.cfg.num_layers - m.cfg.first_k_dense_replace) * m.cfg.num_experts;
+  return p.expert_slots >= m.cfg.routed_expert_count();
 }
 
 // Guesses pay off when experts are read during the run (not all resident), the arena has room

@@ -234,8 +234,7 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
   Layout l = LayoutFor(m, cands, k, o, false);
   int64_t used = f.sum() + Shm(l);
   // Every remaining byte becomes expert slots (no more than the model has experts).
-  const int64_t moe_layers = std::max<int64_t>(0, m.cfg.num_layers - m.cfg.first_k_dense_replace);
-  const int64_t all_experts = std::max<int64_t>(m.cfg.top_k, moe_layers * m.cfg.num_experts);
+  const int64_t all_experts = std::max<int64_t>(m.cfg.top_k, m.cfg.routed_expert_count());
   int64_t slots = std::min(all_experts, (budget - used) / expert_slot);
   while (slots > m.cfg.top_k && SlotArena(slots, expert_slot) > budget - used) --slots;
   slots = std::max<int64_t>(slots, m.cfg.top_k);

@@ -93,8 +93,7 @@ class ExpertFetcher {
   // prefetches (served only while no demand read is pending) so compute does not wait on a
   // first use. The trace still records only compute's demand requests.
   void QueueWarmUp() {
-    const int64_t moe_layers = cfg_.num_layers - cfg_.first_k_dense_replace;
-    if (static_cast<int64_t>(table_->slot_count()) < moe_layers * cfg_.num_experts) return;
+    if (static_cast<int64_t>(table_->slot_count()) < cfg_.routed_expert_count()) return;
     for (int l = static_cast<int>(cfg_.first_k_dense_replace); l < cfg_.num_layers; ++l) {
       x::ExpertRequest r;
       r.layer = l;
@@ -166,10 +165,6 @@ class ExpertFetcher {
     return runs_.emplace(key, Widen(r, sizes_.at(static_cast<size_t>(r.shard)))).first->second;
   }
 
-  bool Valid(int layer, int expert) const {
-    return layer >= cfg_.first_k_dense_replace && layer < cfg_.num_layers && expert >= 0 && expert < cfg_.num_experts;
-  }
-
   void Fail(const std::string& id, uint64_t rid, int layer, int expert, x::Error err, const std::string& why) {
     ipc::SendMessage(*router_, ipc::Encode(x::ExpertFailed{rid, layer, expert, err, why}), {}, id);
   }
@@ -217,7 +212,7 @@ class ExpertFetcher {
     }
     std::vector<ExpertKey> misses;
     for (int32_t e : m.experts) {
-      if (!Valid(m.layer, e)) {
+      if (!cfg_.has_routed_expert(m.layer, e)) {
         Fail(id, m.request_id, m.layer, e, x::Error::kOutOfRange,
              "layer " + std::to_string(m.layer) + " expert " + std::to_string(e) + " has no routed expert");
         continue;
@@ -278,7 +273,7 @@ class ExpertFetcher {
     while (!m.experts.empty()) {
       const int32_t e = m.experts.front();
       m.experts.erase(m.experts.begin());
-      if (!Valid(m.layer, e) || cache_->Find({m.layer, e})) continue;
+      if (!cfg_.has_routed_expert(m.layer, e) || cache_->Find({m.layer, e})) continue;
       if (!StartRead({m.layer, e}, false)) ++prefetch_dropped_;
       return;  // at most one prefetch read queued at a time
     }

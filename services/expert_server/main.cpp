@@ -71,7 +71,7 @@ class ExpertServer {
     router_->set(zmq::sockopt::linger, 0);
     router_->bind(f_.bind);
     std::fprintf(stderr, "[expert-server] %s: %lld MoE layers x %lld experts, %s reads, serving on %s\n",
-                 f_.model.c_str(), static_cast<long long>(cfg_.num_layers - cfg_.first_k_dense_replace),
+                 f_.model.c_str(), static_cast<long long>(cfg_.moe_layers()),
                  static_cast<long long>(cfg_.num_experts), worker_->backend(), f_.bind.c_str());
   }
 
@@ -112,7 +112,7 @@ class ExpertServer {
 
   void OnRequest(const std::string& id, const x::ExpertRequest& m) {
     for (int32_t e : m.experts) {
-      if (m.layer < cfg_.first_k_dense_replace || m.layer >= cfg_.num_layers || e < 0 || e >= cfg_.num_experts) {
+      if (!cfg_.has_routed_expert(m.layer, e)) {
         Fail(id, m.request_id, m.layer, e, x::Error::kOutOfRange,
              "layer " + std::to_string(m.layer) + " expert " + std::to_string(e) + " has no routed expert");
         continue;
