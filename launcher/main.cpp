@@ -11,6 +11,7 @@
 #include "model_layout.h"
 #include "options.h"
 #include "run.h"
+#include "common/process_init.h"
 
 namespace {
 
@@ -111,6 +112,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
   try {
     return Main(argc, argv);
   } catch (const k3::Error& e) {

@@ -19,6 +19,7 @@
 #include "common/ipc/slot_table.h"
 #include "common/ipc/zmq_channel.h"
 #include "common/median.h"
+#include "launcher/run_resources.h"
 #include "launcher/tokenizer_client.h"
 #include "proc_stats.h"
 #include "supervisor.h"
@@ -58,22 +59,6 @@ std::string SelfDir() {
   return exe.parent_path().string();
 }
 
-// Removes the run directory on every exit path.
-struct RunDir {
-  fs::path path;
-  explicit RunDir(fs::path p) : path(std::move(p)) {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-    if (!fs::create_directory(path, ec) || ec)
-      throw RuntimeFailure("cannot create " + path.string() + ": " + ec.message());
-    ::chmod(path.c_str(), 0700);
-  }
-  ~RunDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 struct Sampled {
   ProcMemory mem;
 };
@@ -103,6 +88,7 @@ class Runner {
   const plan::MemoryPlan& plan_;
   const PromptInput& in_;
   Supervisor sup_;
+  std::optional<RunResources> res_;  // arenas + endpoint names (run_resources.h)
   zmq::context_t ctx_{1};
   std::optional<zmq::socket_t> control_, compute_;
   std::optional<TokenizerClient> tok_;  // when a tokenizer is configured
@@ -118,13 +104,10 @@ class Runner {
 };
 
 void Runner::Spawn() {
-  const pid_t me = ::getpid();
-  const std::string run = "/tmp/k3-run-" + std::to_string(me);
+  const std::string run = res_->ipc_name();  // abstract namespace: "ipc://@k3-<pid>-<random>/..."
   const std::string bin = SelfDir();
-  const std::string pinned = ipc::ShmArena::Name(me, "trunk-pinned");
-  const std::string ring = ipc::ShmArena::Name(me, "trunk-ring");
-  const std::string experts = ipc::ShmArena::Name(me, "experts");
-  const std::string embed = ipc::ShmArena::Name(me, "embed-window");
+  const std::string pinned = res_->pinned.Spec(), ring = res_->ring.Spec(), experts = res_->experts.Spec();
+  const std::string embed = res_->embed_window ? res_->embed_window->Spec() : "";
   const std::string control = "ipc://" + run + "/control";
   const std::string inflight = std::to_string(opt_.inflight);
   // What the plan streams, told to both ends: lm_head chunks through the ring, embedding
@@ -169,6 +152,7 @@ void Runner::Spawn() {
   for (const Service& s : sup_.services())
     if (::access(s.argv[0].c_str(), X_OK) != 0)
       throw RuntimeFailure("cannot start " + s.name + ": " + s.argv[0] + " is missing");
+  for (Service& s : sup_.services()) s.inherit_fds = res_->FdsNamedIn(s.argv);
   for (size_t i = 0; i < sup_.services().size(); ++i) sup_.Start(i);
 }
 
@@ -356,19 +340,8 @@ void Runner::FlushText() {
 
 int Runner::Run() {
   std::vector<int32_t> ids = in_.ids;
-  const pid_t me = ::getpid();
-  ipc::CleanupDeadLaunchers();
-  RunDir run_dir("/tmp/k3-run-" + std::to_string(me));
-  const ArenaSizes sz = SizeArenas(m_, plan_);
-  // Arenas are unlinked by their destructors on every path out of this function.
-  ipc::ShmArena pinned = ipc::ShmArena::Create(ipc::ShmArena::Name(me, "trunk-pinned"), static_cast<size_t>(sz.pinned));
-  ipc::ShmArena ring = ipc::ShmArena::Create(ipc::ShmArena::Name(me, "trunk-ring"), static_cast<size_t>(sz.ring));
-  ipc::ShmArena experts = ipc::ShmArena::Create(ipc::ShmArena::Name(me, "experts"), static_cast<size_t>(sz.experts));
-  std::optional<ipc::ShmArena> embed_window;
-  if (sz.embed_window > 0)
-    embed_window.emplace(ipc::ShmArena::Create(ipc::ShmArena::Name(me, "embed-window"), static_cast<size_t>(sz.embed_window)));
-  ipc::SlotTable::Format(ring, sz.ring_slots, static_cast<uint64_t>(sz.ring_slot_bytes));
-  ipc::SlotTable::Format(experts, sz.expert_slots, static_cast<uint64_t>(sz.expert_slot_bytes));
+  ipc::CleanupDeadLaunchers();  // /dev/shm names left by k3 versions before memfd arenas
+  res_.emplace(SizeArenas(m_, plan_));  // nothing of it outlives the run (run_resources.h)
 
   control_.emplace(ctx_, zmq::socket_type::router);
   compute_.emplace(ctx_, zmq::socket_type::router);
@@ -377,9 +350,9 @@ int Runner::Run() {
     s->set(zmq::sockopt::router_handover, 1);  // a restarted service takes over its identity
     s->set(zmq::sockopt::linger, 0);
   }
-  control_->bind("ipc://" + run_dir.path.string() + "/control");
-  compute_->bind("ipc://" + run_dir.path.string() + "/compute");
-  if (!in_.tokenizer_dir.empty()) tok_.emplace(ctx_, "ipc://" + run_dir.path.string() + "/tokenizer");
+  ipc::BindPrivate(*control_, res_->Endpoint("control"));
+  ipc::BindPrivate(*compute_, res_->Endpoint("compute"));
+  if (!in_.tokenizer_dir.empty()) tok_.emplace(ctx_, res_->Endpoint("tokenizer"));
 
   const auto t0 = Clock::now();
   int code = kExitOk;

@@ -76,6 +76,7 @@ void Supervisor::Start(size_t i) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
+    for (int fd : s.inherit_fds) ::fcntl(fd, F_SETFD, 0);  // only this child's arenas cross exec
     ::execv(argv[0], argv.data());
     const std::string msg = "k3-launch: cannot execute " + s.argv[0] + ": " + std::strerror(errno) + "\n";
     [[maybe_unused]] ssize_t n = ::write(2, msg.data(), msg.size());
@@ -135,7 +136,8 @@ void Supervisor::KillAll(std::chrono::milliseconds grace) {
   for (Service& s : services_)
     if (s.pid > 0) {
       int status = 0;
-      ::waitpid(s.pid, &status, 0);
+      while (::waitpid(s.pid, &status, 0) < 0 && errno == EINTR) {
+      }
       s.pid = -1;
     }
 }

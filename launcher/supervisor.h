@@ -18,6 +18,7 @@ struct Service {
   pid_t pid = -1;                 // -1 when not running
   int restarts = 0;
   bool ready = false;             // sent Ready since its last start
+  std::vector<int> inherit_fds{};  // passed across exec (arena memfds, "fd:N" in argv)
 };
 
 struct Death {

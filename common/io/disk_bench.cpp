@@ -10,8 +10,10 @@
 #include "common/error.h"
 #include "common/io/block_reader.h"
 #include "common/io/io_internal.h"
+#include "common/process_init.h"
 
 int main(int argc, char** argv) {
+  k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
   CLI::App app{"k3-disk-bench: sequential read bandwidth of one file"};
   std::string file, backend = "direct";
   int depth = 8;

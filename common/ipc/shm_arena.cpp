@@ -43,10 +43,16 @@ uint8_t* MapFd(int fd, size_t bytes, bool writable, bool populate, const std::st
 
 }  // namespace
 
-std::string ShmArena::Name(pid_t launcher_pid, std::string_view region) {
+namespace {
+void CheckRegion(std::string_view region) {
   bool ok = !region.empty() && region.size() <= 64;
   for (char c : region) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-');
   if (!ok) throw UsageError("shm region name '" + std::string(region) + "' must match [a-z0-9_-]{1,64}");
+}
+}  // namespace
+
+std::string ShmArena::Name(pid_t launcher_pid, std::string_view region) {
+  CheckRegion(region);
   return "/k3-" + std::to_string(launcher_pid) + "-" + std::string(region);
 }
 
@@ -63,9 +69,67 @@ ShmArena ShmArena::Create(const std::string& name, size_t bytes, bool populate) 
   return a;
 }
 
+ShmArena ShmArena::CreateMemfd(std::string_view region, size_t bytes) {
+  CheckRegion(region);
+  const std::string name = "k3-" + std::string(region);
+  ShmArena a;
+  a.name_ = name;
+  a.fd_ = ::memfd_create(name.c_str(), MFD_CLOEXEC);  // close-on-exec: only chosen children inherit it
+  if (a.fd_ < 0) throw ShmError("memfd_create", name, errno);
+  a.writable_ = true;
+  if (::ftruncate(a.fd_, static_cast<off_t>(bytes)) != 0) throw ShmError("size to " + std::to_string(bytes), name, errno);
+  a.data_ = MapFd(a.fd_, bytes, true, false, name);
+  a.size_ = bytes;
+  return a;
+}
+
+std::string ShmArena::Spec() const { return fd_ >= 0 ? "fd:" + std::to_string(fd_) : name_; }
+
+namespace {
+
+// "fd:N" -> N, else -1.
+int SpecFd(const std::string& spec) {
+  if (spec.rfind("fd:", 0) != 0 || spec.size() == 3 || spec.size() > 12) return -1;
+  long n = 0;
+  for (char c : spec.substr(3)) {
+    if (c < '0' || c > '9') return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n <= 1 << 30 ? static_cast<int>(n) : -1;
+}
+
+// The descriptor Open() maps: a named arena opened with the wanted access, or an inherited
+// memfd, reopened read-only when so asked. The inherited descriptor is closed in every case
+// (also on failure): after Open the process holds the memory only through its mapping.
+int OpenSpec(const std::string& spec, bool writable) {
+  const int inherited = SpecFd(spec);
+  if (inherited < 0) {
+    if (spec.rfind("fd:", 0) == 0) throw UsageError("arena '" + spec + "': want fd:N with N a descriptor number");
+    const int fd = ::shm_open(spec.c_str(), writable ? O_RDWR : O_RDONLY, 0);
+    if (fd < 0) throw ShmError("open", spec, errno);
+    return fd;
+  }
+  const int flags = ::fcntl(inherited, F_GETFL);
+  if (flags < 0) throw ShmError("inherited descriptor", spec, errno);
+  if (writable) {
+    if ((flags & O_ACCMODE) != O_RDWR) {
+      ::close(inherited);
+      throw RuntimeFailure("shm " + spec + ": inherited descriptor is not open read-write");
+    }
+    return inherited;
+  }
+  const std::string path = "/proc/self/fd/" + std::to_string(inherited);
+  const int ro = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int err = errno;
+  ::close(inherited);  // the writable descriptor must not stay in a read-only consumer
+  if (ro < 0) throw ShmError("reopen read-only", spec, err);
+  return ro;
+}
+
+}  // namespace
+
 ShmArena ShmArena::Open(const std::string& name, bool writable, bool populate) {
-  Fd fd(::shm_open(name.c_str(), writable ? O_RDWR : O_RDONLY, 0));
-  if (fd.get() < 0) throw ShmError("open", name, errno);
+  Fd fd(OpenSpec(name, writable));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw ShmError("stat", name, errno);
   ShmArena a;
@@ -80,7 +144,7 @@ ShmArena::~ShmArena() { Reset(); }
 
 ShmArena::ShmArena(ShmArena&& o) noexcept
     : name_(std::move(o.name_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
-      writable_(o.writable_), owns_name_(std::exchange(o.owns_name_, false)) {}
+      writable_(o.writable_), owns_name_(std::exchange(o.owns_name_, false)), fd_(std::exchange(o.fd_, -1)) {}
 
 ShmArena& ShmArena::operator=(ShmArena&& o) noexcept {
   if (this != &o) {
@@ -90,6 +154,7 @@ ShmArena& ShmArena::operator=(ShmArena&& o) noexcept {
     size_ = std::exchange(o.size_, 0);
     writable_ = o.writable_;
     owns_name_ = std::exchange(o.owns_name_, false);
+    fd_ = std::exchange(o.fd_, -1);
   }
   return *this;
 }
@@ -98,6 +163,8 @@ void ShmArena::Reset() {
   if (data_) ::munmap(data_, size_);
   data_ = nullptr;
   size_ = 0;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
   Unlink();
 }
 

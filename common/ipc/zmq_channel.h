@@ -29,6 +29,20 @@ void SendMessageMoving(zmq::socket_t& s, const Encoded& m, zmq::message_t&& bulk
 // Waits until `s` has a message or `deadline` passes. True when readable.
 bool PollIn(zmq::socket_t& s, Clock::time_point deadline);
 
+// zmq::poll that treats a signal as a wake-up with nothing ready (returns 0) instead of an
+// error: a signal that is not a stop request must never end a process. Every blocking ZeroMQ
+// call in k3 goes through here or through the helpers above (which retry on EINTR).
+int Poll(zmq::pollitem_t* items, size_t n, std::chrono::milliseconds timeout);
+
+// A run's private endpoint base in the Linux abstract socket namespace:
+// "ipc://@k3-<pid>-<16 random hex digits>". Endpoints are base + "/control" etc. Abstract
+// sockets have no file: nothing is left behind when a run dies, and no file or directory made
+// by someone else can block a launch; the random part makes the names unguessable in advance.
+std::string PrivateEndpointBase();
+// Binds `s` to `endpoint`; on an abstract ipc endpoint ("ipc://@...") only peers of this
+// user id may connect (abstract sockets have no file permissions to do that).
+void BindPrivate(zmq::socket_t& s, const std::string& endpoint);
+
 // One verified message, with the sender's identity (ROUTER sockets) and the bulk frame, if any.
 template <class Msg>
 struct Received {

@@ -1,5 +1,6 @@
 #include "common/service/read_worker.h"
 
+#include <cerrno>
 #include <exception>
 
 #include "common/error.h"
@@ -39,7 +40,12 @@ void ReadWorker::Submit(ReadJob job) {
 
 std::vector<ReadDone> ReadWorker::TakeCompleted() {
   zmq::message_t m;
-  while (notify_rx_.recv(m, zmq::recv_flags::dontwait)) {
+  for (;;) {  // drain the wake-ups; a signal interrupting a receive is retried
+    try {
+      if (!notify_rx_.recv(m, zmq::recv_flags::dontwait)) break;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
   }
   std::vector<ReadDone> out;
   std::lock_guard<std::mutex> lk(mu_);
@@ -72,10 +78,14 @@ void ReadWorker::Run() {
       std::lock_guard<std::mutex> lk(mu_);
       done_.push_back(std::move(d));
     }
-    try {
-      notify_tx_.send(zmq::str_buffer(""), zmq::send_flags::dontwait);
-    } catch (const zmq::error_t&) {
-      // The PAIR queue is full only if the service stopped draining; the data is in done_.
+    for (;;) {
+      try {
+        notify_tx_.send(zmq::str_buffer(""), zmq::send_flags::dontwait);
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;  // a signal: the wake-up must still be sent
+        // The PAIR queue is full only if the service stopped draining; the data is in done_.
+      }
+      break;
     }
   }
 }

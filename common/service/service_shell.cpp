@@ -19,6 +19,7 @@ void InstallStopSignals() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // a closed terminal is a stop request too, not a crash
   std::signal(SIGPIPE, SIG_IGN);
 }
 
@@ -79,11 +80,7 @@ bool WaitForWork(ControlLink& ctl, std::initializer_list<zmq::socket_ref> socket
   std::vector<zmq::pollitem_t> items;
   for (zmq::socket_ref s : sockets) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
   items.push_back({ctl.socket().handle(), 0, ZMQ_POLLIN, 0});
-  try {
-    zmq::poll(items, timeout);
-  } catch (const zmq::error_t& e) {
-    if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
-  }
+  ipc::Poll(items.data(), items.size(), timeout);
   return !StopRequested() && !ctl.ShutdownReceived();
 }
 

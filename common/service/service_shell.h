@@ -24,7 +24,8 @@
 
 namespace k3::svc {
 
-// SIGTERM / SIGINT set a flag (the loop stops at its next poll); SIGPIPE is ignored.
+// SIGTERM / SIGINT / SIGHUP are stop requests: they set a flag (the loop stops at its next
+// poll, the process exits 5); SIGPIPE is ignored.
 void InstallStopSignals();
 bool StopRequested();
 

@@ -5,11 +5,13 @@
 #include <exception>
 
 #include "../../common/error.h"
+#include "common/process_init.h"
 #include "omp_policy.h"
 #include "pipeline_main.h"
 #include "standalone.h"
 
 int main(int argc, char** argv) {
+  k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
   k3::compute::EnsureOmpWaitPolicy();  // before the first parallel region (may re-execute)
   using k3::compute::StandaloneOptions;
   StandaloneOptions opt;

@@ -153,7 +153,7 @@ int ComputeService::Run() {
   ipc::RejectCounter rejects;
   for (;;) {
     zmq::pollitem_t items[] = {{control_.handle(), 0, ZMQ_POLLIN, 0}, {launcher_.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 2, std::chrono::milliseconds(500));
+    ipc::Poll(items, 2, std::chrono::milliseconds(500));
     const auto now = Clock::now();
     while (auto m = ipc::ReceiveVerified(control_, false, ipc::DecodeControl, now, rejects))
       if (std::holds_alternative<ipc::control::Shutdown>(m->message)) return kExitOk;

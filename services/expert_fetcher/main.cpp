@@ -28,6 +28,7 @@
 #include "common/service/read_worker.h"
 #include "common/service/service_shell.h"
 #include "services/trunk_reader/trunk_layout.h"
+#include "common/process_init.h"
 
 namespace k3::svc {
 namespace {
@@ -79,7 +80,7 @@ class ExpertFetcher {
     trace_.emplace(static_cast<int>(cfg_.num_layers), static_cast<int>(cfg_.num_experts));
     router_.emplace(ctx_, zmq::socket_type::router);
     router_->set(zmq::sockopt::linger, 0);
-    router_->bind(f_.bind);
+    ipc::BindPrivate(*router_, f_.bind);
     if (!f_.remote.empty()) {
       // Re-send well before giving up, but not so often that a busy server reads twice.
       const auto give_up = std::chrono::milliseconds(static_cast<int64_t>(f_.remote_timeout * 1000));
@@ -353,4 +354,7 @@ int RunMain(int argc, char** argv) {
 }  // namespace
 }  // namespace k3::svc
 
-int main(int argc, char** argv) { return k3::svc::RunMain(argc, argv); }
+int main(int argc, char** argv) {
+  k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
+  return k3::svc::RunMain(argc, argv);
+}

@@ -32,6 +32,7 @@
 #include "common/tensor_names.h"
 #include "services/expert_server/buffer_pool.h"
 #include "services/trunk_reader/trunk_layout.h"
+#include "common/process_init.h"
 
 namespace k3::svc {
 namespace {
@@ -79,11 +80,7 @@ class ExpertServer {
     while (!StopRequested()) {
       zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0},
                                  {worker_->notifier().handle(), 0, ZMQ_POLLIN, 0}};
-      try {
-        zmq::poll(items, 2, std::chrono::milliseconds(100));
-      } catch (const zmq::error_t& e) {
-        if (e.num() != EINTR) throw;
-      }
+      ipc::Poll(items, 2, std::chrono::milliseconds(100));
       for (const ReadDone& d : worker_->TakeCompleted()) Finish(d);
       while (auto m = ipc::ReceiveVerified(*router_, true, ipc::DecodeExperts, ipc::Clock::now(), rejects_)) {
         if (const auto* r = std::get_if<x::ExpertRequest>(&m->message)) {
@@ -204,4 +201,7 @@ int RunMain(int argc, char** argv) {
 }  // namespace
 }  // namespace k3::svc
 
-int main(int argc, char** argv) { return k3::svc::RunMain(argc, argv); }
+int main(int argc, char** argv) {
+  k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
+  return k3::svc::RunMain(argc, argv);
+}

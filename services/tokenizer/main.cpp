@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "../../common/error.h"
+#include "common/process_init.h"
 #include "chat_template.h"
 #include "history.h"
 #include "serve.h"
@@ -71,6 +72,7 @@ void PrintIds(const std::vector<uint32_t>& ids) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
   CLI::App app{"k3-tokenizer: K3 text <-> token ids and the XTML chat format"};
   app.require_subcommand(1);
   std::string vocab, file, ids_text, history, effort = "max";

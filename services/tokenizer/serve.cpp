@@ -65,11 +65,7 @@ int Serve(const ServeOptions& o) {
     const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
     zmq::socket_t sock(ctx, zmq::socket_type::router);
     sock.set(zmq::sockopt::linger, 0);
-    try {
-      sock.bind(o.bind);
-    } catch (const zmq::error_t& e) {
-      throw RuntimeFailure("cannot bind " + o.bind + ": " + e.what());
-    }
+    ipc::BindPrivate(sock, o.bind);
     ctl.Ready({{"vocab_ids", static_cast<double>(tok.vocab().id_limit())}, {"load_seconds", load_s}});
     std::fprintf(stderr, "[tokenizer] %u ids loaded from %s in %.2f s; serving %s\n", tok.vocab().id_limit(),
                  o.vocab.c_str(), load_s, o.bind.c_str());

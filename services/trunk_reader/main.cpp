@@ -26,6 +26,7 @@
 #include "services/trunk_reader/ring_scheduler.h"
 #include "common/service/service_shell.h"
 #include "services/trunk_reader/trunk_layout.h"
+#include "common/process_init.h"
 
 namespace k3::svc {
 namespace {
@@ -87,7 +88,7 @@ class TrunkReader {
     router_.emplace(ctx_, zmq::socket_type::router);
     router_->set(zmq::sockopt::linger, 0);
     router_->set(zmq::sockopt::router_mandatory, false);
-    router_->bind(f_.bind);
+    ipc::BindPrivate(*router_, f_.bind);
   }
 
   std::vector<ipc::control::Stat> StartStats() const {
@@ -320,4 +321,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace k3::svc
 
-int main(int argc, char** argv) { return k3::svc::Run(argc, argv); }
+int main(int argc, char** argv) {
+  k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
+  return k3::svc::Run(argc, argv);
+}

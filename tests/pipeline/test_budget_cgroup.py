@@ -8,8 +8,8 @@ budget that keeps everything resident. For each run:
   budget (the wrapper shell joins the cgroup, then execs k3-launch); the run must succeed with
   no OOM kill, and memory.max_usage_in_bytes must stay within the limit;
 - separately, the total is sampled while it runs: private memory of every process in the
-  cgroup (VmRSS - RssShmem) plus the full size of every /dev/shm arena of the run; its peak
-  must stay within the budget;
+  cgroup (VmRSS - RssShmem) plus the full size of every arena of the run (the memfds the
+  launcher holds, found through /proc/PID/fd); its peak must stay within the budget;
 - the generated ids equal standalone k3-compute's, and the logits that choose the first token
   are bit-identical to standalone's (streamed or resident: same bytes, same dot products).
 
@@ -119,10 +119,13 @@ def private_bytes(pid):
 
 
 def shm_bytes(launcher_pid):
+    """Full size of every arena of the run: the launcher holds each one as a memfd
+    ("/memfd:k3-<region>" in /proc/PID/fd) for as long as the run lasts."""
     total = 0
-    for p in glob.glob("/dev/shm/k3-%d-*" % launcher_pid):
+    for fd in glob.glob("/proc/%d/fd/*" % launcher_pid):
         try:
-            total += os.path.getsize(p)
+            if os.readlink(fd).startswith("/memfd:k3-"):
+                total += os.stat(fd).st_size
         except OSError:
             pass
     return total

@@ -64,6 +64,21 @@ def cli(args, stdin=None):
     return r.stdout
 
 
+def bound_endpoint(launcher_pid, exe_name, timeout=60):
+    """The --bind endpoint of the launcher's child `exe_name` (an abstract-namespace ipc://@...
+    name), once the service listens on it (/proc/net/unix lists it)."""
+    with open("/proc/%d/cmdline" % service_pid(launcher_pid, exe_name), "rb") as f:
+        argv = f.read().split(b"\0")
+    ep = argv[argv.index(b"--bind") + 1].decode()
+    deadline = time.time() + timeout
+    while True:
+        with open("/proc/net/unix") as f:
+            if any(line.split()[-1] == ep[len("ipc://"):] for line in f if len(line.split()) >= 8):
+                return ep
+        assert time.time() < deadline, "%s never bound %s" % (exe_name, ep)
+        time.sleep(0.01)
+
+
 def send_malformed(endpoint):
     """Connects a DEALER to `endpoint` and sends junk frames, using libzmq through ctypes
     (pyzmq is not available to /usr/bin/python3). Returns the number of messages sent."""
@@ -231,17 +246,14 @@ class TokenizerPipelineTest(unittest.TestCase):
         rep_path = os.path.join(self.tmp, "malformed.json")
         ids = ",".join(map(str, self.prompt_ids))
         p = self.launch(self.toml_plain, ["--ids", ids], rep_path, extra=["--gen", str(GEN)])
-        run = "/tmp/k3-run-%d" % p.pid
         service_pid(p.pid, "k3-compute")
         # Send as soon as both services have bound their endpoints: on a slow (sanitizer) build
         # the short run could otherwise end between the two sends.
-        deadline = time.time() + 60
-        while not all(os.path.exists(os.path.join(run, n)) for n in ("trunk", "experts")):
-            self.assertLess(time.time(), deadline, "no trunk/experts endpoints in %s" % run)
-            time.sleep(0.01)
+        endpoints = {"trunk": bound_endpoint(p.pid, "k3-trunk-reader"),
+                     "experts": bound_endpoint(p.pid, "k3-expert-fetcher")}
         sent = {}
         for name in ("trunk", "experts"):
-            sent[name] = send_malformed("ipc://%s/%s" % (run, name))
+            sent[name] = send_malformed(endpoints[name])
         first = b""
         out, err = self.finish(p)
         self.assertClean(p.pid)

@@ -1,0 +1,19 @@
+// What every k3 binary does first in main(): InitProcess().
+//
+// - stderr lines are whole: std::cerr / std::clog collect each thread's output up to a newline
+//   and hand every complete line (or block of lines) to one write(2); stdio's stderr is line
+//   buffered with a 64 KiB buffer. Lines from the processes of one run, which share the
+//   launcher's stderr, then never interleave mid-line (a pipe write of up to 4096 bytes is
+//   atomic). A partial line is written by an explicit flush (std::flush, fflush) or at exit.
+// - SIGUSR1 and SIGUSR2 are harmless: a handler that does nothing (SA_RESTART), so they
+//   interrupt the waits that are never restarted (poll, sleeps; k3 retries them on EINTR) but
+//   never end the process. SIGCHLD, SIGWINCH, SIGURG and
+//   SIGCONT are harmless by default. Stop requests (SIGINT, SIGTERM, SIGHUP) are the
+//   services' (service_shell.h InstallStopSignals) and the launcher's own.
+#pragma once
+
+namespace k3 {
+
+void InitProcess();
+
+}  // namespace k3
