@@ -7,7 +7,8 @@
 //   atomic). A partial line is written by an explicit flush (std::flush, fflush) or at exit.
 // - SIGUSR1 and SIGUSR2 are harmless: a handler that does nothing (SA_RESTART), so they
 //   interrupt the waits that are never restarted (poll, sleeps; k3 retries them on EINTR) but
-//   never end the process. SIGCHLD, SIGWINCH, SIGURG and
+//   never end the process. (k3-launch starts its services with them ignored, which survives
+//   exec, so there is no window before InitProcess either.) SIGCHLD, SIGWINCH, SIGURG and
 //   SIGCONT are harmless by default. Stop requests (SIGINT, SIGTERM, SIGHUP) are the
 //   services' (service_shell.h InstallStopSignals) and the launcher's own.
 #pragma once

@@ -76,6 +76,10 @@ void Supervisor::Start(size_t i) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
+    // Ignored (an ignored signal stays ignored across exec) until the service's InitProcess
+    // installs its handler: a harmless signal must not kill it in between.
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
     for (int fd : s.inherit_fds) ::fcntl(fd, F_SETFD, 0);  // only this child's arenas cross exec
     ::execv(argv[0], argv.data());
     const std::string msg = "k3-launch: cannot execute " + s.argv[0] + ": " + std::strerror(errno) + "\n";

@@ -11,8 +11,8 @@
 #include "standalone.h"
 
 int main(int argc, char** argv) {
-  k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
   k3::compute::EnsureOmpWaitPolicy();  // before the first parallel region (may re-execute)
+  k3::InitProcess();  // whole stderr lines, harmless signals (after the re-exec, which resets handlers)
   using k3::compute::StandaloneOptions;
   StandaloneOptions opt;
   std::string ids_text;
