@@ -3,7 +3,9 @@
 #include "common/ipc/shm_arena.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,6 +105,46 @@ TEST(ShmArena, ReadOnlyMappingRefusesWrites) {
       },
       ::testing::KilledBySignal(SIGSEGV), "");
   EXPECT_EQ(a.data()[100], 0);
+}
+
+// The launcher's arenas: an anonymous memfd handed to children as "fd:N".
+TEST(ShmArena, MemfdArenaIsInheritedByFdNumber) {
+  ShmArena a = ShmArena::CreateMemfd("share", 1 << 16);
+  ASSERT_GE(a.fd(), 0);
+  EXPECT_EQ(a.Spec(), "fd:" + std::to_string(a.fd()));
+  EXPECT_TRUE(::fcntl(a.fd(), F_GETFD) & FD_CLOEXEC);  // only chosen children inherit it
+  std::memset(a.mutable_data(), 0, a.size());
+  a.mutable_data()[10] = 42;
+  EXPECT_EQ(InChild([&] {
+              // Like a filling service: writable through the inherited fd, which is then closed.
+              ShmArena rw = ShmArena::Open(a.Spec(), /*writable=*/true);
+              if (rw.size() != (1u << 16) || rw.data()[10] != 42) return 1;
+              rw.mutable_data()[11] = 7;
+              return ::fcntl(a.fd(), F_GETFD) == -1 ? 0 : 2;
+            }),
+            0);
+  EXPECT_EQ(a.data()[11], 7);
+  EXPECT_EQ(InChild([&] {
+              // Like compute: reopened read-only, the writable fd closed, mprotect refused.
+              ShmArena ro = ShmArena::Open(a.Spec(), /*writable=*/false);
+              if (ro.writable() || ro.data()[11] != 7) return 1;
+              if (::fcntl(a.fd(), F_GETFD) != -1) return 2;
+              void* page = const_cast<uint8_t*>(ro.data());
+              return ::mprotect(page, 4096, PROT_READ | PROT_WRITE) != 0 ? 0 : 3;
+            }),
+            0);
+}
+
+TEST(ShmArena, BadFdSpecsAreRefused) {
+  EXPECT_THROW(ShmArena::Open("fd:", false), Error);
+  EXPECT_THROW(ShmArena::Open("fd:x1", false), Error);
+  EXPECT_THROW(ShmArena::Open("fd:999999", false), Error);  // not open
+  EXPECT_THROW(ShmArena::CreateMemfd("Bad/Name", 4096), Error);
+  // A read-only descriptor cannot become a writable arena.
+  ShmArena a = ShmArena::CreateMemfd("rofd", 4096);
+  const int ro = ::open(("/proc/self/fd/" + std::to_string(a.fd())).c_str(), O_RDONLY);
+  ASSERT_GE(ro, 0);
+  EXPECT_THROW(ShmArena::Open("fd:" + std::to_string(ro), true), Error);
 }
 
 TEST(ShmArena, CleanupAfterCrashedLauncherLeavesNothing) {
