@@ -174,10 +174,12 @@ class BudgetCgroupTest(unittest.TestCase):
             wrapper = 'echo $$ > "$0"/cgroup.procs && exec "$@"'
             p = subprocess.Popen(["sh", "-c", wrapper, cg.path] + launch, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
-            peak = 0
+            peak = arenas = 0
             deadline = time.time() + TIMEOUT
             while p.poll() is None and time.time() < deadline:
-                total = sum(private_bytes(pid) for pid in cg.pids()) + shm_bytes(p.pid)
+                shm = shm_bytes(p.pid)
+                arenas = max(arenas, shm)
+                total = sum(private_bytes(pid) for pid in cg.pids()) + shm
                 peak = max(peak, total)
                 time.sleep(0.02)
             if p.poll() is None:
@@ -187,6 +189,7 @@ class BudgetCgroupTest(unittest.TestCase):
             oom = cg.oom_kills()
         self.assertEqual(oom, 0, "OOM kill inside the budget: " + err[-2000:])
         self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertGreater(arenas, 0, "no arena of the run was found to count")
         with open(logits, "rb") as f:
             data = f.read()
         return [int(x) for x in out.split()], data, usage, peak, err
