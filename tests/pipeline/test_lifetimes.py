@@ -272,8 +272,10 @@ class LifetimesTest(unittest.TestCase):
         p = launch(gen=4000)
         try:
             pids = wait_all_services(p.pid, p)
-            with open("/proc/%d/cmdline" % pids["k3-trunk-reader"], "rb") as f:
-                argv = f.read().split(b"\0")
+            argv = []
+            while b"--bind" not in argv:  # right at exec the command line may not be there yet
+                with open("/proc/%d/cmdline" % pids["k3-trunk-reader"], "rb") as f:
+                    argv = f.read().split(b"\0")
             ep = argv[argv.index(b"--bind") + 1].decode()
             self.assertTrue(ep.startswith("ipc://@k3-%d-" % p.pid), ep)
             deadline = time.time() + 60

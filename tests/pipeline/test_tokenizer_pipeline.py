@@ -64,19 +64,24 @@ def cli(args, stdin=None):
     return r.stdout
 
 
-def bound_endpoint(launcher_pid, exe_name, timeout=60):
-    """The --bind endpoint of the launcher's child `exe_name` (an abstract-namespace ipc://@...
-    name), once the service listens on it (/proc/net/unix lists it)."""
-    with open("/proc/%d/cmdline" % service_pid(launcher_pid, exe_name), "rb") as f:
-        argv = f.read().split(b"\0")
-    ep = argv[argv.index(b"--bind") + 1].decode()
+def weight_endpoints(launcher_pid, timeout=60):
+    """The trunk reader's and the expert fetcher's endpoints (abstract-namespace ipc://@...
+    names, read from compute's command line), once both services listen on them."""
+    compute = service_pid(launcher_pid, "k3-compute")
     deadline = time.time() + timeout
+    argv = []
+    while b"--experts" not in argv:  # right at exec the command line may not be there yet
+        assert time.time() < deadline, "compute has no --experts on its command line"
+        with open("/proc/%d/cmdline" % compute, "rb") as f:
+            argv = f.read().split(b"\0")
+    eps = {name: argv[argv.index(flag) + 1].decode() for name, flag in (("trunk", b"--trunk"), ("experts", b"--experts"))}
     while True:
         with open("/proc/net/unix") as f:
-            if any(line.split()[-1] == ep[len("ipc://"):] for line in f if len(line.split()) >= 8):
-                return ep
-        assert time.time() < deadline, "%s never bound %s" % (exe_name, ep)
-        time.sleep(0.01)
+            names = {line.split()[-1] for line in f if len(line.split()) >= 8}
+        if all(ep[len("ipc://"):] in names for ep in eps.values()):
+            return eps
+        assert time.time() < deadline, "no trunk/experts endpoints bound: %s" % eps
+        time.sleep(0.005)
 
 
 def send_malformed(endpoint):
@@ -246,11 +251,9 @@ class TokenizerPipelineTest(unittest.TestCase):
         rep_path = os.path.join(self.tmp, "malformed.json")
         ids = ",".join(map(str, self.prompt_ids))
         p = self.launch(self.toml_plain, ["--ids", ids], rep_path, extra=["--gen", str(GEN)])
-        service_pid(p.pid, "k3-compute")
         # Send as soon as both services have bound their endpoints: on a slow (sanitizer) build
         # the short run could otherwise end between the two sends.
-        endpoints = {"trunk": bound_endpoint(p.pid, "k3-trunk-reader"),
-                     "experts": bound_endpoint(p.pid, "k3-expert-fetcher")}
+        endpoints = weight_endpoints(p.pid)
         sent = {}
         for name in ("trunk", "experts"):
             sent[name] = send_malformed(endpoints[name])
