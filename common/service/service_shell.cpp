@@ -19,6 +19,7 @@ void InstallStopSignals() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // a closed terminal is a stop request too (exit 5)
   std::signal(SIGPIPE, SIG_IGN);
 }
 
@@ -57,6 +58,14 @@ bool ControlLink::ShutdownReceived() {
     }
   }
   return shutdown_;
+}
+
+bool StopPoll::operator()() {
+  if (stop_ || StopRequested()) return stop_ = true;
+  const Clock::time_point now = Clock::now();
+  if (now < next_) return false;
+  next_ = now + period_;
+  return stop_ = ctl_.ShutdownReceived();
 }
 
 std::string FormatBytes(uint64_t bytes) {
