@@ -60,8 +60,9 @@ class LineReader:
         self.t.start()
 
     def _run(self, pipe):
-        for line in pipe:
-            self.lines.append(line)
+        with pipe:
+            for line in pipe:
+                self.lines.append(line)
 
     def text(self):
         self.t.join(timeout=10)
@@ -83,7 +84,7 @@ class ExitWatch:
         self.out = os.path.join(tmp, "strace-%d.txt" % pid)
         self.p = None
         if shutil.which("strace"):
-            self.p = subprocess.Popen(["strace", "-qq", "-ttt", "-e", "trace=none", "-e", "signal=none",
+            self.p = subprocess.Popen(["strace", "-q", "-ttt", "-e", "trace=none", "-e", "signal=none",
                                        "-p", str(pid), "-o", self.out],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.3)  # attached
