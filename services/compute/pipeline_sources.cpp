@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 
 #include "common/error.h"
 #include "common/ipc/protocol.h"
@@ -254,10 +255,11 @@ void PipelineExpertSource::CheckStarved() {
   const auto now = Clock::now();
   if (!starved_since_) starved_since_ = now;
   if (now - *starved_since_ < slot_wait_) return;
+  char waited[32];
+  std::snprintf(waited, sizeof waited, "%g", std::chrono::duration<double>(slot_wait_).count());
   throw RuntimeFailure("expert fetcher: no free slot for layer " + std::to_string(layer_) + " expert " +
-                       std::to_string(*no_slot_.begin()) + " in " +
-                       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(slot_wait_).count()) +
-                       " s (" + no_slot_detail_ + "); another client of the fetcher is keeping them");
+                       std::to_string(*no_slot_.begin()) + " in " + waited + " s (" + no_slot_detail_ +
+                       "); another client of the fetcher is keeping them");
 }
 
 void PipelineExpertSource::WaitOne() {
