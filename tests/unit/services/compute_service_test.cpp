@@ -160,6 +160,31 @@ TEST_F(ComputeServiceTest, ShutdownDuringARequestSendsStatsThenDoneAndExits5With
   EXPECT_TRUE(stats.back().count("expert_wait_seconds"));
 }
 
+// Waiting for weights is a safe point too: with the trunk reader stopped (SIGSTOP) compute
+// sits in its wait for the next ring layer, and a stop signal still ends it within 1 s.
+TEST_F(ComputeServiceTest, StopSignalWhileWaitingForWeightsEndsTheRequest) {
+  Send({8, {1, 5, 9, 200, 77, 3, 18, 42}, 1000000, false, 0, {}});
+  std::vector<int32_t> ids;
+  while (ids.size() < 3) {
+    auto m = Next();
+    ASSERT_TRUE(m) << launcher_.ReadStderr("compute");
+    if (const auto* t = std::get_if<cp::Token>(&*m)) ids.push_back(t->id);
+  }
+  ASSERT_EQ(::kill(reader_.pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(300ms);  // compute is now waiting for a layer
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(compute_.pid(), SIGTERM), 0);
+  auto d = Collect(ids);
+  const int code = compute_.Wait(5s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::kill(reader_.pid(), SIGCONT);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->reason, cp::StopReason::kInterrupted);
+  EXPECT_EQ(d->stats.generated_tokens, static_cast<int32_t>(ids.size()));
+  EXPECT_EQ(code, 5) << launcher_.ReadStderr("compute");
+  EXPECT_LT(took, 1.0);
+}
+
 TEST_F(ComputeServiceTest, PrefillProgressArrivesAsStats) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < 200; ++i) prompt.push_back((i * 37 + 5) % 250);
