@@ -66,6 +66,11 @@ int RunStandalone(const StandaloneOptions& opt) {
   if (opt.mla_norm_eps && !(*opt.mla_norm_eps > 0)) throw UsageError("--mla-norm-eps must be > 0");
   CheckWritable(opt.out, "--out");
   CheckWritable(opt.dump_logits, "--dump-logits");
+  // SIGINT / SIGTERM / SIGHUP (also while loading) stop the run at the next safe point, between
+  // layers or tokens, through the service shell's stop flag; a closed stdout still ends it by
+  // SIGPIPE, quietly.
+  svc::InstallStopSignals();
+  std::signal(SIGPIPE, SIG_DFL);
 
   ModelConfig cfg = LoadModelConfig(opt.model_dir + "/config.json");
   if (opt.mla_norm_eps) cfg.mla_norm_eps = *opt.mla_norm_eps;
@@ -93,10 +98,6 @@ int RunStandalone(const StandaloneOptions& opt) {
   if (!opt.dump_trace.empty()) tracer = std::make_unique<Tracer>(opt.dump_trace);
 
   const int64_t V = cfg.vocab_size;
-  // SIGINT / SIGTERM / SIGHUP stop the run at the next safe point (between layers or tokens)
-  // through the service shell's stop flag; a closed stdout still ends it by SIGPIPE, quietly.
-  svc::InstallStopSignals();
-  std::signal(SIGPIPE, SIG_DFL);
   Forward fwd(cfg, globals, layers, experts);
   fwd.EnableHints(opt.prefetch_hints);
   fwd.SetStopCheck(svc::StopRequested);
