@@ -43,7 +43,7 @@ using Message = std::variant<Hello, Ready, Shutdown, Dead, Stats>;
 }  // namespace control
 
 namespace weights {
-enum class Error : uint8_t { kNone = 0, kReadFailed = 1, kOutOfRange = 2, kStaleGeneration = 3, kShuttingDown = 4 };
+enum class Error : uint8_t { kNone = 0, kReadFailed = 1, kOutOfRange = 2 };
 struct LayerReady {
   int32_t layer = 0;
   int32_t slot = 0;
@@ -85,7 +85,7 @@ using Message = std::variant<LayerReady, LayerDone, LayerFailed, LayerWant, Embe
 namespace experts {
 enum class Priority : uint8_t { kDemand = 0, kPrefetch = 1 };
 enum class Error : uint8_t {
-  kNone = 0, kReadFailed = 1, kOutOfRange = 2, kStaleGeneration = 3, kBadChecksum = 4, kNoSlot = 5
+  kNone = 0, kReadFailed = 1, kOutOfRange = 2, kBadChecksum = 4, kNoSlot = 5  // 3 retired
 };
 struct ExpertRequest {
   uint64_t request_id = 0;
@@ -150,13 +150,13 @@ struct RunStats {
   int32_t generated_tokens = 0;
   double prefill_seconds = 0;
   double seconds_per_token = 0;
-  uint64_t expert_hits = 0;
-  uint64_t expert_misses = 0;
   bool operator==(const RunStats&) const = default;
 };
+enum class StopReason : uint8_t { kLength = 0, kStopId = 1, kInterrupted = 2 };
 struct Done {
   uint64_t request_id = 0;
   RunStats stats;
+  StopReason reason = StopReason::kLength;
   bool operator==(const Done&) const = default;
 };
 using Message = std::variant<Generate, Token, Done>;

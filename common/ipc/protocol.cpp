@@ -22,7 +22,9 @@ namespace fbt = k3::proto::tokenizer;
 using flatbuffers::FlatBufferBuilder;
 
 // The C++ enums mirror the schema enums value for value; the casts below rely on it.
-static_assert(static_cast<int>(fbw::Error::ShuttingDown) == static_cast<int>(weights::Error::kShuttingDown));
+static_assert(static_cast<int>(fbw::Error::OutOfRange) == static_cast<int>(weights::Error::kOutOfRange));
+static_assert(static_cast<int>(fbe::Error::BadChecksum) == static_cast<int>(experts::Error::kBadChecksum));
+static_assert(static_cast<int>(fbp::StopReason::Interrupted) == static_cast<int>(compute::StopReason::kInterrupted));
 static_assert(static_cast<int>(fbe::Error::NoSlot) == static_cast<int>(experts::Error::kNoSlot));
 static_assert(static_cast<int>(fbe::Priority::Prefetch) == static_cast<int>(experts::Priority::kPrefetch));
 static_assert(static_cast<int>(fbt::Error::Unsupported) == static_cast<int>(tokenizer::Error::kUnsupported));
@@ -328,7 +330,9 @@ Result<experts::Message> DecodeExperts(std::span<const uint8_t> kind, std::span<
           }
           case fbe::Message::ExpertFailed: {
             const auto* m = e->message_as_ExpertFailed();
-            if (m->error() > fbe::Error::MAX) return R::Fail("ExpertFailed.error out of range");
+            // MAX alone misses the retired value 3; a gap has an empty name.
+            if (m->error() > fbe::Error::MAX || *fbe::EnumNameError(m->error()) == '\0')
+              return R::Fail("ExpertFailed.error out of range");
             return R::Ok(experts::ExpertFailed{m->request_id(), m->layer(), m->expert(),
                                                static_cast<experts::Error>(m->error()), Str(m->detail())});
           }
@@ -367,8 +371,8 @@ Encoded Encode(const compute::Done& m) {
   FlatBufferBuilder fbb(128);
   const auto& s = m.stats;
   auto stats = fbp::CreateRunStats(fbb, s.prompt_tokens, s.generated_tokens, s.prefill_seconds,
-                                   s.seconds_per_token, s.expert_hits, s.expert_misses);
-  auto msg = fbp::CreateDone(fbb, m.request_id, stats);
+                                   s.seconds_per_token);
+  auto msg = fbp::CreateDone(fbb, m.request_id, stats, static_cast<fbp::StopReason>(m.reason));
   fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Done, msg.Union()));
   return Finish(fbb, Protocol::kCompute, fbp::Message::Done);
 }
@@ -391,10 +395,10 @@ Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<
           }
           case fbp::Message::Done: {
             const auto* m = e->message_as_Done();
-            compute::Done d{m->request_id(), {}};
+            if (m->reason() > fbp::StopReason::MAX) return R::Fail("Done.reason out of range");
+            compute::Done d{m->request_id(), {}, static_cast<compute::StopReason>(m->reason())};
             if (const auto* s = m->stats()) {
-              d.stats = {s->prompt_tokens(), s->generated_tokens(), s->prefill_seconds(),
-                         s->seconds_per_token(), s->expert_hits(), s->expert_misses()};
+              d.stats = {s->prompt_tokens(), s->generated_tokens(), s->prefill_seconds(), s->seconds_per_token()};
             }
             return R::Ok(d);
           }

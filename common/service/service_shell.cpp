@@ -60,6 +60,14 @@ bool ControlLink::ShutdownReceived() {
   return shutdown_;
 }
 
+bool StopPoll::operator()() {
+  if (stop_ || StopRequested()) return stop_ = true;
+  const Clock::time_point now = Clock::now();
+  if (now < next_) return false;
+  next_ = now + period_;
+  return stop_ = ctl_.ShutdownReceived();
+}
+
 std::string FormatBytes(uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);

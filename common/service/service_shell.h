@@ -1,7 +1,7 @@
 // Process-shell pieces shared by the pipeline services (trunk reader, expert fetcher, tokenizer
-// serve): the weight services' common flags and main(), the service-loop wait, stop signals, the
-// control link to the launcher (Hello, Ready, Stats, Dead, Shutdown) and number formatting
-// for the progress and stats lines.
+// serve, compute --pipeline): the weight services' common flags and main(), the service-loop
+// wait, stop signals, the control link to the launcher (Hello, Ready, Stats, Dead, Shutdown),
+// the stop check for long work and number formatting for the progress and stats lines.
 //
 // Thread-safety: ControlLink is used from the service thread only; the signal flag is atomic.
 #pragma once
@@ -59,13 +59,31 @@ inline double Seconds(Clock::time_point t0) { return std::chrono::duration<doubl
 bool WaitForWork(ControlLink& ctl, std::initializer_list<zmq::socket_ref> sockets,
                  std::chrono::milliseconds timeout);
 
+// "Should this long piece of work stop now?" for a service busy between two WaitForWork calls
+// (compute in a forward pass): true once a stop signal or a Shutdown has arrived. Looks at the
+// control socket (non-blocking) at most once per `period`, so calling it often costs nothing.
+class StopPoll {
+ public:
+  explicit StopPoll(ControlLink& ctl, std::chrono::milliseconds period = std::chrono::milliseconds(50))
+      : ctl_(ctl), period_(period) {}
+  bool operator()();
+
+ private:
+  ControlLink& ctl_;
+  std::chrono::milliseconds period_;
+  Clock::time_point next_{};
+  bool stop_ = false;
+};
+
 std::string FormatBytes(uint64_t bytes);  // "1.2 GiB", "850.0 MiB", "12 KiB", "17 B"
 double MBps(uint64_t bytes, double seconds);  // 1e6-byte megabytes per second (0 when no time)
 
-// The lifecycle both weight services share: Hello, start-up work, Ready with its stats,
-// serve until Shutdown or a stop signal, final Stats. An error is reported to the launcher as
-// Dead and becomes the exit code (docs/exit-codes.md); `binary` prefixes the one-line message.
-// Service needs Start(), StartStats(), Serve(), Finish() and FinalStats().
+// The lifecycle every pipeline service shares: Hello, start-up work, Ready with its stats,
+// serve until Shutdown or a stop signal, final Stats (not sent when FinalStats() is empty:
+// compute sends its Stats with each request). An error is reported to the launcher as Dead
+// and becomes the exit code (docs/exit-codes.md); `binary` prefixes the one-line message.
+// Service needs Start(), StartStats(), Serve(), Finish() and FinalStats(); a service that can
+// be stopped inside a request by a Shutdown also has Interrupted() (then exit 5 as for a signal).
 template <class Service, class... Args>
 int RunServiceLifecycle(const char* binary, ControlLink& ctl, Args&&... args) {
   try {
@@ -75,8 +93,10 @@ int RunServiceLifecycle(const char* binary, ControlLink& ctl, Args&&... args) {
     ctl.Ready(service.StartStats());
     service.Serve();
     service.Finish();
-    ctl.Stats(service.FinalStats());
-    return StopRequested() ? kExitInterrupted : kExitOk;
+    if (const std::vector<ipc::control::Stat> stats = service.FinalStats(); !stats.empty()) ctl.Stats(stats);
+    bool interrupted = StopRequested();
+    if constexpr (requires { service.Interrupted(); }) interrupted = interrupted || service.Interrupted();
+    return interrupted ? kExitInterrupted : kExitOk;
   } catch (const Error& e) {
     std::cerr << binary << ": " << e.what() << "\n";
     ctl.Dead(e.code(), e.what());

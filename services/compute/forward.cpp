@@ -107,7 +107,8 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
       if (!w.dense)
         trace->Append(LayerFile(l, "topk.i32"), topk.data(), T * cfg_.top_k * 4);
       trace->Append(LayerFile(l, "out.f32"), P.data(), T * H * F);
-    }
+    }    // Safe point: nothing is held (the layer and its experts are released).
+    if (stop_check_ && stop_check_()) throw StopAtSafePoint{};
   }
   state_.position += T;
 

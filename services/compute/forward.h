@@ -4,6 +4,7 @@
 // in chunks and generation one token at a time.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "expert_hints.h"
 #include "sources.h"
@@ -27,6 +28,10 @@ class Forward {
   // trace (may be null) gets the per-layer activations of these T tokens appended.
   void Run(const int32_t* ids, int64_t T, bool all_positions, float* logits, Tracer* trace);
 
+  // Called after every layer; when it returns true, Run throws StopAtSafePoint (sources.h).
+  // Only ever reads a flag: it never touches the arithmetic.
+  void SetStopCheck(std::function<bool()> check) { stop_check_ = std::move(check); }
+
   // Next-layer expert hints (expert_hints.h) during one-token steps; off by default.
   void EnableHints(bool on) { hints_on_ = on; }
   const HintStats& hint_stats() const { return hints_.stats(); }
@@ -38,6 +43,7 @@ class Forward {
   ExpertSource& experts_;
   HeadSource* head_ = nullptr;
   SequenceState state_;
+  std::function<bool()> stop_check_;
   bool hints_on_ = false;
   NextLayerHints hints_;
 };

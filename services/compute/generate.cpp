@@ -36,30 +36,55 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
   };
 
   GreedyResult r;
+  r.full = p.ids;
+  auto stop_now = [&] { return hooks.should_stop && hooks.should_stop(); };
   const auto t0 = Clock::now();
-  prefill(p.ids, true);
+  try {
+    prefill(p.ids, true);
+  } catch (const StopAtSafePoint&) {
+    r.prefill_seconds = since(t0);
+    r.ending = Ending::kInterrupted;
+    return r;
+  }
   r.prefill_seconds = since(t0);
+  r.prefill_done = true;
   if (hooks.after_prefill) hooks.after_prefill(logits.data());
 
-  r.full = p.ids;
   const auto t1 = Clock::now();
+  auto t_last = t1;  // end of the last completed decode step
   for (int64_t i = 0; i < p.gen; ++i) {
     const int32_t next = Argmax(logits.data(), V);
     r.generated.push_back(next);
     r.full.push_back(next);
     if (hooks.on_token) hooks.on_token(next, i);
+    if (std::find(p.stop_ids.begin(), p.stop_ids.end(), next) != p.stop_ids.end()) {
+      r.ending = Ending::kStopId;
+      break;
+    }
     if (i + 1 == p.gen) break;
+    if (stop_now()) {
+      r.ending = Ending::kInterrupted;
+      break;
+    }
     const auto ts = Clock::now();
-    if (p.full_recompute) {
-      fwd.Reset();
-      prefill(r.full, false);
-    } else {
-      fwd.Run(&next, 1, false, logits.data(), nullptr);
+    try {
+      if (p.full_recompute) {
+        fwd.Reset();
+        prefill(r.full, false);
+      } else {
+        fwd.Run(&next, 1, false, logits.data(), nullptr);
+      }
+    } catch (const StopAtSafePoint&) {
+      r.ending = Ending::kInterrupted;
+      break;
     }
     r.token_seconds.push_back(since(ts));
+    t_last = Clock::now();
   }
-  r.decode_seconds = p.gen > 1 ? since(t1) : 0.0;
-  r.seconds_per_token = p.gen > 1 ? r.decode_seconds / static_cast<double>(p.gen - 1) : r.prefill_seconds;
+  // Per-token figures over the completed decode steps only (a stop can cut the last one short).
+  const auto steps = static_cast<int64_t>(r.token_seconds.size());
+  r.decode_seconds = steps > 0 ? std::chrono::duration<double>(t_last - t1).count() : 0.0;
+  r.seconds_per_token = steps > 0 ? r.decode_seconds / static_cast<double>(steps) : r.prefill_seconds;
   return r;
 }
 

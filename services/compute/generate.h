@@ -15,6 +15,7 @@ struct GreedyParams {
   int64_t gen = 8;
   bool full_recompute = false;
   int64_t prefill_chunk = 64;
+  std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
   bool all_positions = false;  // first prompt pass keeps every position's logits (hook below)
   Tracer* tracer = nullptr;    // first prompt pass only
 };
@@ -24,17 +25,28 @@ struct GreedyHooks {
   std::function<void(int64_t done, int64_t total)> on_prefill_progress;  // first pass
   std::function<void(const float* logits)> after_prefill;  // logits choosing the first token
   std::function<void(int32_t id, int64_t index)> on_token;
+  // Asked between tokens (the forward pass asks between layers through Forward::SetStopCheck);
+  // true ends the request at that point with what was generated so far.
+  std::function<bool()> should_stop;
 };
+
+// Why a generation ended (compute.fbs StopReason mirrors it).
+enum class Ending { kLength, kStopId, kInterrupted };
 
 struct GreedyResult {
   std::vector<int32_t> generated, full;
   double prefill_seconds = 0, decode_seconds = 0, seconds_per_token = 0;
   std::vector<double> token_seconds;  // wall time of each decode step (gen - 1 of them)
+  Ending ending = Ending::kLength;
+  bool prefill_done = false;  // false: stopped during the prompt pass (no logits, no token)
 };
 
 // Strict argmax: ties keep the lowest id.
 int32_t Argmax(const float* v, int64_t n);
 
+// Runs the prompt then up to p.gen tokens. A StopAtSafePoint from the forward pass or
+// hooks.should_stop() ends it early with ending = kInterrupted; the ids produced until then
+// are exactly those of an uninterrupted run.
 GreedyResult RunGreedy(Forward& fwd, int64_t vocab, const GreedyParams& p, const GreedyHooks& hooks);
 
 }  // namespace k3::compute

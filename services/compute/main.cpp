@@ -1,14 +1,31 @@
 // k3-compute: the forward-pass process. Standalone mode maps a checkpoint directory;
 // pipeline mode (--pipeline) takes weights from the trunk reader and expert fetcher.
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "../../common/error.h"
 #include "common/process_init.h"
+#include "compute_service.h"
 #include "omp_policy.h"
-#include "pipeline_main.h"
 #include "standalone.h"
+
+namespace {
+
+// libgomp crashes (SIGSEGV) or crawls when asked for tens of thousands of threads; more than a
+// few per core never helps. k3-launch applies the same bound to its --threads.
+void CheckThreads(int threads) {
+  const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  if (threads >= 1 && threads <= 4 * cores) return;
+  throw k3::UsageError("--threads " + std::to_string(threads) + ": must be between 1 and " +
+                       std::to_string(4 * cores) + " (4 x the " + std::to_string(cores) + " online CPU cores)");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   k3::compute::EnsureOmpWaitPolicy();  // before the first parallel region (may re-execute)
@@ -51,6 +68,10 @@ int main(int argc, char** argv) {
   app.add_option("--experts-arena", pipe.experts_arena, "experts shm name");
   app.add_option("--embed-arena", pipe.embed_arena, "embed-window shm name (embedding streamed)");
   app.add_flag("--stream-lm-head", pipe.stream_lm_head, "lm_head streamed through the ring");
+  app.add_option("--expert-slot-wait", pipe.slot_wait_seconds,
+                 "seconds to wait while every needed expert is refused for lack of a slot and compute "
+                 "holds none (another client keeps them) before failing")
+      ->check(CLI::Range(0.1, 3600.0));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -60,19 +81,18 @@ int main(int argc, char** argv) {
     return k3::kExitUsage;
   }
   try {
+    if (app.get_option("--threads")->count() > 0) CheckThreads(opt.threads);
     if (pipeline) {
       pipe.threads = opt.threads;
       pipe.dump_logits = opt.dump_logits;
       pipe.expert_inputs = opt.expert_inputs;
       pipe.probe_membw = opt.probe_membw;
       pipe.prefetch_hints = opt.prefetch_hints;
-      return k3::compute::RunComputePipeline(pipe);
+      return k3::compute::RunComputeService(pipe);
     }
     if (opt.model_dir.empty())
       throw k3::UsageError("only --standalone MODEL_DIR is implemented so far");
     if (ids_text.empty()) throw k3::UsageError("--ids is required");
-    auto* threads_opt = app.get_option("--threads");
-    if (threads_opt->count() > 0 && opt.threads < 1) throw k3::UsageError("--threads must be >= 1");
     opt.ids = k3::compute::ParseIds(ids_text);
     if (eps_opt->count() > 0) opt.mla_norm_eps = mla_eps;
     return k3::compute::RunStandalone(opt);

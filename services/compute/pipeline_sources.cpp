@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 
 #include "common/error.h"
 #include "common/ipc/protocol.h"
@@ -18,6 +19,11 @@ const ModelRole kGlobals[] = {ModelRole::kEmbedTokens, ModelRole::kLmHead, Model
                               ModelRole::kOutputAttnResNorm, ModelRole::kOutputAttnResProj};
 
 }  // namespace
+
+ipc::Clock::time_point WaitSlice(const std::function<bool()>& stop, ipc::Clock::time_point deadline) {
+  if (stop && stop()) throw StopAtSafePoint{};
+  return std::min(deadline, ipc::Clock::now() + std::chrono::milliseconds(50));
+}
 
 // ---------------------------------------------------------------------------- trunk layers
 
@@ -72,9 +78,7 @@ void PipelineLayerSource::Handle(const ipc::weights::Message& m) {
   } else if (const auto* e = std::get_if<ipc::weights::EmbedRowsReady>(&m)) {
     embed_reply_ = *e;
   } else if (const auto* f = std::get_if<ipc::weights::LayerFailed>(&m)) {
-    // A stopping or restarting reader is not a failure of the run; real read errors are.
-    if (f->error == ipc::weights::Error::kReadFailed || f->error == ipc::weights::Error::kOutOfRange)
-      throw RuntimeFailure("trunk reader: layer " + std::to_string(f->layer) + ": " + f->detail);
+    throw RuntimeFailure("trunk reader: layer " + std::to_string(f->layer) + ": " + f->detail);
   }
 }
 
@@ -94,8 +98,8 @@ const ipc::weights::LayerReady& PipelineLayerSource::WaitFor(int32_t layer) {
     waited = true;
     const auto deadline = Clock::now() + resend_;
     while (Clock::now() < deadline) {
-      auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeWeights, deadline, c_.rejects);
-      if (!msg) break;
+      auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeWeights, WaitSlice(stop_, deadline), c_.rejects);
+      if (!msg) continue;
       Handle(msg->message);
       auto jt = ready_.find(layer);
       if (jt != ready_.end() && Usable(jt->second)) break;
@@ -200,8 +204,9 @@ void PipelineLayerSource::Release(int64_t layer) {
 
 PipelineExpertSource::PipelineExpertSource(const ModelConfig& cfg, const Checkpoint& ck, zmq::socket_t& experts,
                                            const ipc::ShmArena& arena, PipelineCounters& c,
-                                           std::chrono::milliseconds resend)
-    : cfg_(cfg), ck_(ck), sock_(experts), table_(ipc::SlotTable::Attach(arena)), c_(c), resend_(resend) {}
+                                           std::chrono::milliseconds resend, std::chrono::milliseconds slot_wait)
+    : cfg_(cfg), ck_(ck), sock_(experts), table_(ipc::SlotTable::Attach(arena)), c_(c), resend_(resend),
+      slot_wait_(slot_wait) {}
 
 void PipelineExpertSource::SendRequest(int32_t layer, const std::vector<int32_t>& experts,
                                        ipc::experts::Priority priority) {
@@ -223,6 +228,7 @@ void PipelineExpertSource::Request(int64_t layer, const std::vector<int32_t>& ex
   no_slot_.clear();
   ready_queue_.clear();
   refs_.clear();
+  starved_since_.reset();
   ++c_.expert_requests;
   Send(experts);
 }
@@ -237,9 +243,32 @@ void PipelineExpertSource::ReleaseRef(int32_t layer, int32_t expert, const ipc::
                                                                    ref.generation}));
 }
 
+// Starved: every expert still missing was refused with NoSlot and compute holds no slot of
+// its own, so no Release of ours can free one; only another client of the fetcher can.
+void PipelineExpertSource::CheckStarved() {
+  bool starved = !no_slot_.empty() && refs_.empty();
+  for (int32_t e : pending_) starved = starved && no_slot_.count(e) != 0;
+  if (!starved) {
+    starved_since_.reset();
+    return;
+  }
+  const auto now = Clock::now();
+  if (!starved_since_) starved_since_ = now;
+  if (now - *starved_since_ < slot_wait_) return;
+  char waited[32];
+  std::snprintf(waited, sizeof waited, "%g", std::chrono::duration<double>(slot_wait_).count());
+  throw RuntimeFailure("expert fetcher: no free slot for layer " + std::to_string(layer_) + " expert " +
+                       std::to_string(*no_slot_.begin()) + " in " + waited + " s (" + no_slot_detail_ +
+                       "); another client of the fetcher is keeping them");
+}
+
 void PipelineExpertSource::WaitOne() {
   const auto deadline = Clock::now() + resend_;
-  auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeExperts, deadline, c_.rejects);
+  std::optional<ipc::Received<ipc::experts::Message>> msg;
+  while (!msg && Clock::now() < deadline) {
+    CheckStarved();
+    msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeExperts, WaitSlice(stop_, deadline), c_.rejects);
+  }
   if (!msg) {  // silent fetcher (restarted?): ask again for everything still missing
     if (!pending_.empty()) {
       ++c_.expert_rerequests;
@@ -266,10 +295,10 @@ void PipelineExpertSource::WaitOne() {
     refs_[r->expert] = ref;
     ready_queue_.push_back(r->expert);
   } else if (const auto* f = std::get_if<ipc::experts::ExpertFailed>(&msg->message)) {
-    if (f->error == ipc::experts::Error::kStaleGeneration) return;
     // Every slot is held (a small arena): ask again once we have released one.
     if (f->error == ipc::experts::Error::kNoSlot && f->layer == layer_ && pending_.count(f->expert)) {
       no_slot_.insert(f->expert);
+      no_slot_detail_ = f->detail;
       return;
     }
     if (f->layer == layer_ && pending_.count(f->expert))

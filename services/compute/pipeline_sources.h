@@ -3,6 +3,8 @@
 // (docs/pipeline.md). Every (slot, generation) reference is checked with IsCurrent before
 // and after use; a stale reference or a silent peer (restarted service) makes the source ask
 // again (LayerWant / ExpertRequest are idempotent), so a restart costs time, not tokens.
+// Every wait is cut into slices of at most 50 ms that ask the stop check (set by the service),
+// so a stop requested while compute waits for weights is seen within the slice.
 // Single-threaded: called from the forward pass's thread only.
 #pragma once
 #include <zmq.hpp>
@@ -10,9 +12,11 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "common/ipc/messages.h"
@@ -33,6 +37,10 @@ struct PipelineCounters {
   ipc::RejectCounter rejects;
 };
 
+// One slice of a wait for weights: throws StopAtSafePoint when `stop` (may be empty) says so,
+// else returns the earlier of `deadline` and 50 ms from now.
+ipc::Clock::time_point WaitSlice(const std::function<bool()>& stop, ipc::Clock::time_point deadline);
+
 // What the plan streams of the model-level tensors (docs/pipeline.md "Streamed embedding and
 // lm_head"): embedding rows through `embed_window` (null: resident), lm_head in ring chunks.
 struct HeadStreaming {
@@ -52,9 +60,10 @@ class PipelineLayerSource : public LayerSource, public HeadSource {
   void Release(int64_t layer) override;
   // Pinned layers, and ring layers whose announcement already arrived (read ahead).
   const LayerWeights* Peek(int64_t layer) override;
-  // HeadSource (pipeline_head.cpp): resident views, or rows / chunks from the trunk reader.
+  // HeadSource (pipeline_head_source.cpp): resident views, or rows / chunks from the trunk reader.
   void Embed(const int32_t* ids, int64_t T, float* out) override;
   void Logits(const float* X, int64_t T, float* Y) override;
+  void SetStopCheck(std::function<bool()> stop) { stop_ = std::move(stop); }
 
  private:
   bool Usable(const ipc::weights::LayerReady& r) const;
@@ -70,6 +79,7 @@ class PipelineLayerSource : public LayerSource, public HeadSource {
   ipc::SlotTable ring_;
   PipelineCounters& c_;
   std::chrono::milliseconds resend_;
+  std::function<bool()> stop_;
   std::vector<int64_t> begin_;  // trunk_begin per layer (+ globals)
   std::vector<int> shard_;
   std::map<int32_t, ipc::weights::LayerReady> ready_;  // latest announcement per layer
@@ -77,7 +87,7 @@ class PipelineLayerSource : public LayerSource, public HeadSource {
   LayerWeights current_;
   LayerWeights peeked_;  // a ring layer bound by Peek
   std::optional<ipc::weights::LayerReady> held_;
-  // head streaming (pipeline_head.cpp)
+  // head streaming (pipeline_head_source.cpp)
   void EmbedBatch(const int32_t* ids, int64_t n, float* out);
   HeadStreaming stream_;
   kern::DenseMat embed_, lm_head_;   // resident views (data null when streamed)
@@ -89,27 +99,36 @@ class PipelineLayerSource : public LayerSource, public HeadSource {
 
 class PipelineExpertSource : public ExpertSource {
  public:
+  // `slot_wait`: how long compute may sit with every expert it needs refused for lack of a
+  // slot while it holds none itself (only another client's references can then free one)
+  // before the request fails naming the cause.
   PipelineExpertSource(const ModelConfig& cfg, const Checkpoint& ck, zmq::socket_t& experts,
-                       const ipc::ShmArena& arena, PipelineCounters& c, std::chrono::milliseconds resend);
+                       const ipc::ShmArena& arena, PipelineCounters& c, std::chrono::milliseconds resend,
+                       std::chrono::milliseconds slot_wait);
   void Request(int64_t layer, const std::vector<int32_t>& experts) override;
   int32_t NextReady(int64_t layer) override;
   ExpertWeights Acquire(int64_t layer, int32_t expert) override;
   void Release(int64_t layer, int32_t expert) override;
   // Sent as a Prefetch-priority ExpertRequest; the fetcher keeps only the newest one.
   void Hint(int64_t layer, const std::vector<int32_t>& experts) override;
+  void SetStopCheck(std::function<bool()> stop) { stop_ = std::move(stop); }
 
  private:
   void Send(const std::vector<int32_t>& experts);  // a Demand request for the current layer
   void SendRequest(int32_t layer, const std::vector<int32_t>& experts, ipc::experts::Priority priority);
   void WaitOne();  // receives one message (or re-requests after the resend timeout)
   void ReleaseRef(int32_t layer, int32_t expert, const ipc::SlotRef& ref);
+  void CheckStarved();  // throws once every wanted expert has been refused for slot_wait_
 
   const ModelConfig& cfg_;
   const Checkpoint& ck_;
   zmq::socket_t& sock_;
   ipc::SlotTable table_;
   PipelineCounters& c_;
-  std::chrono::milliseconds resend_;
+  std::chrono::milliseconds resend_, slot_wait_;
+  std::function<bool()> stop_;
+  std::optional<ipc::Clock::time_point> starved_since_;
+  std::string no_slot_detail_;                // the fetcher's words on the last NoSlot
   uint64_t next_id_ = 1;
   int32_t layer_ = -1;
   std::set<int32_t> pending_;                 // requested, no current ExpertReady yet

@@ -10,6 +10,10 @@
 
 namespace k3::compute {
 
+// Thrown at a safe point (between layers, or while a source waits for weights) when the run
+// was asked to stop; RunGreedy catches it and ends the request with what it has (generate.h).
+struct StopAtSafePoint {};
+
 class LayerSource {
  public:
   virtual ~LayerSource() = default;

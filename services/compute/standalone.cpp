@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "../../common/error.h"
 #include "../../common/median.h"
+#include "common/service/service_shell.h"
 #include "forward.h"
 #include "generate.h"
 #include "mixers.h"
@@ -64,6 +66,11 @@ int RunStandalone(const StandaloneOptions& opt) {
   if (opt.mla_norm_eps && !(*opt.mla_norm_eps > 0)) throw UsageError("--mla-norm-eps must be > 0");
   CheckWritable(opt.out, "--out");
   CheckWritable(opt.dump_logits, "--dump-logits");
+  // SIGINT / SIGTERM / SIGHUP (also while loading) stop the run at the next safe point, between
+  // layers or tokens, through the service shell's stop flag; a closed stdout still ends it by
+  // SIGPIPE, quietly.
+  svc::InstallStopSignals();
+  std::signal(SIGPIPE, SIG_DFL);
 
   ModelConfig cfg = LoadModelConfig(opt.model_dir + "/config.json");
   if (opt.mla_norm_eps) cfg.mla_norm_eps = *opt.mla_norm_eps;
@@ -93,6 +100,7 @@ int RunStandalone(const StandaloneOptions& opt) {
   const int64_t V = cfg.vocab_size;
   Forward fwd(cfg, globals, layers, experts);
   fwd.EnableHints(opt.prefetch_hints);
+  fwd.SetStopCheck(svc::StopRequested);
   GreedyParams gp;
   gp.ids = opt.ids;
   gp.gen = opt.gen;
@@ -126,11 +134,16 @@ int RunStandalone(const StandaloneOptions& opt) {
     std::fflush(stdout);
     if (opt.probe_membw && index > 0) probe_gbs.push_back(ProbeReadGBs(ck.Regions()));  // between steps
   };
+  hooks.should_stop = svc::StopRequested;
   const GreedyResult res = RunGreedy(fwd, V, gp, hooks);
+  const bool interrupted = res.ending == Ending::kInterrupted;
   const std::vector<int32_t>& generated = res.generated;
   const std::vector<int32_t>& full = res.full;
   const double prefill_s = res.prefill_seconds, decode_s = res.decode_seconds;
   const double spt = res.seconds_per_token;
+  if (interrupted)
+    std::fprintf(stderr, "\n[compute] interrupted %s after %zu tokens\n",
+                 res.prefill_done ? "during decoding" : "during the prompt pass", generated.size());
   std::fprintf(stderr, "[compute] %zu tokens generated, %.4f s/token, prefill %.2f tok/s\n",
                generated.size(), spt,
                static_cast<double>(opt.ids.size()) / (prefill_s > 0 ? prefill_s : 1e-9));
@@ -157,6 +170,7 @@ int RunStandalone(const StandaloneOptions& opt) {
                         {"expert_inputs", opt.expert_inputs},
                         {"expert_isa", ExpertIsa(cfg)},
                         {"layers", cfg.num_layers}};
+    if (interrupted) r["interrupted"] = true;
     if (opt.tf_check) r["tf_pred"] = tf_pred;
     if (opt.prefetch_hints) {
       r["hint_layers"] = hs.hints;
@@ -169,7 +183,7 @@ int RunStandalone(const StandaloneOptions& opt) {
     const std::string text = r.dump(1) + "\n";
     WriteFile(opt.out, text.data(), text.size());
   }
-  return kExitOk;
+  return interrupted ? kExitInterrupted : kExitOk;
 }
 
 }  // namespace k3::compute

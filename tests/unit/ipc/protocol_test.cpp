@@ -61,7 +61,7 @@ TEST(Protocol, ComputeRoundTrip) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 31 % 163840);
   RoundTrip(compute::Generate{1, ids, 16, true, 64, {163586}}, DecodeCompute, "compute.Generate");
   RoundTrip(compute::Token{1, 42, 0}, DecodeCompute, "compute.Token");
-  RoundTrip(compute::Done{1, {5000, 16, 12.5, 0.75, 1000, 472}}, DecodeCompute, "compute.Done");
+  RoundTrip(compute::Done{1, {5000, 16, 12.5, 0.75}, compute::StopReason::kStopId}, DecodeCompute, "compute.Done");
 }
 
 TEST(Protocol, EveryTruncationRejected) {
@@ -139,6 +139,16 @@ TEST(Protocol, EnumOutOfRangeRejected) {
   Encoded p = Encode(experts::ExpertRequest{1, 2, {3}, static_cast<experts::Priority>(2)});
   auto pk = p.kind.bytes();
   EXPECT_FALSE(DecodeExperts(KindSpan(pk), p.payload).ok());
+  // The retired StaleGeneration (3) sits inside the enum's range: still refused.
+  Encoded g = Encode(experts::ExpertFailed{1, 2, 3, static_cast<experts::Error>(3), "?"});
+  auto gk = g.kind.bytes();
+  EXPECT_FALSE(DecodeExperts(KindSpan(gk), g.payload).ok());
+  Encoded w = Encode(weights::LayerFailed{1, static_cast<weights::Error>(3), "?"});
+  auto wk = w.kind.bytes();
+  EXPECT_FALSE(DecodeWeights(KindSpan(wk), w.payload).ok());
+  Encoded d = Encode(compute::Done{1, {}, static_cast<compute::StopReason>(3)});
+  auto dk = d.kind.bytes();
+  EXPECT_FALSE(DecodeCompute(KindSpan(dk), d.payload).ok());
 }
 
 TEST(Protocol, MisalignedPayloadStillDecodes) {

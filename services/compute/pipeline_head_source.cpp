@@ -41,8 +41,8 @@ void PipelineLayerSource::EmbedBatch(const int32_t* ids, int64_t n, float* out) 
     ipc::SendMessage(sock_, ipc::Encode(req));
     const auto deadline = Clock::now() + resend_;
     while (Clock::now() < deadline) {
-      auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeWeights, deadline, c_.rejects);
-      if (!msg) break;
+      auto msg = ipc::ReceiveVerified(sock_, false, ipc::DecodeWeights, WaitSlice(stop_, deadline), c_.rejects);
+      if (!msg) continue;
       Handle(msg->message);
       if (embed_reply_ && embed_reply_->request_id == req.request_id) break;
     }

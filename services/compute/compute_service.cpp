@@ -1,0 +1,223 @@
+#include "compute_service.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <zmq.hpp>
+
+#include "common/error.h"
+#include "common/ipc/protocol.h"
+#include "common/ipc/zmq_channel.h"
+#include "common/median.h"
+#include "common/service/service_shell.h"
+#include "forward.h"
+#include "generate.h"
+#include "membw_probe.h"
+#include "mixers.h"
+#include "pipeline_sources.h"
+
+namespace k3::compute {
+namespace {
+
+using ipc::Clock;
+namespace cp = ipc::compute;
+
+zmq::socket_t Dealer(zmq::context_t& ctx, const std::string& endpoint, const std::string& identity) {
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  if (!identity.empty()) s.set(zmq::sockopt::routing_id, identity);
+  s.set(zmq::sockopt::linger, 200);
+  s.connect(endpoint);
+  return s;
+}
+
+ipc::control::Stat S(const char* name, double v) { return {name, v}; }
+
+cp::StopReason WireReason(Ending e) {
+  switch (e) {
+    case Ending::kStopId: return cp::StopReason::kStopId;
+    case Ending::kInterrupted: return cp::StopReason::kInterrupted;
+    case Ending::kLength: break;
+  }
+  return cp::StopReason::kLength;
+}
+
+// The service the shell's RunServiceLifecycle drives (common/service/service_shell.h).
+class ComputeService {
+ public:
+  ComputeService(const PipelineOptions& opt, zmq::context_t& ctx, svc::ControlLink& ctl)
+      : opt_(opt), ctx_(ctx), ctl_(ctl), stop_(ctl) {}
+
+  void Start();
+  std::vector<ipc::control::Stat> StartStats() const { return {S("threads", omp_get_max_threads())}; }
+  // Answers Generates until a Shutdown or stop signal between requests, or a stop inside one.
+  void Serve() {
+    while (!interrupted_ && svc::WaitForWork(ctl_, {launcher_}, std::chrono::milliseconds(500)))
+      while (!interrupted_) {
+        auto m = ipc::ReceiveVerified(launcher_, false, ipc::DecodeCompute, Clock::now(), counters_.rejects);
+        if (!m) break;
+        if (const auto* g = std::get_if<cp::Generate>(&m->message)) Answer(*g);
+      }
+  }
+  void Finish() {}
+  // Compute's Stats go out with each request (Answer), right before its Done.
+  std::vector<ipc::control::Stat> FinalStats() const { return {}; }
+  bool Interrupted() const { return interrupted_; }
+
+ private:
+  void Answer(const cp::Generate& g);
+  void PrefillProgress(int64_t done, int64_t total);
+
+  const PipelineOptions& opt_;
+  zmq::context_t& ctx_;
+  svc::ControlLink& ctl_;
+  svc::StopPoll stop_;
+  bool interrupted_ = false;
+  zmq::socket_t launcher_, trunk_, experts_;
+  std::optional<ipc::ShmArena> pinned_, ring_, experts_arena_, embed_window_;
+  PipelineCounters counters_;
+  ModelConfig cfg_;
+  std::unique_ptr<Checkpoint> ck_;
+  std::unique_ptr<PipelineLayerSource> layers_;
+  std::unique_ptr<PipelineExpertSource> experts_src_;
+  std::unique_ptr<GlobalWeights> globals_;
+  std::unique_ptr<Forward> fwd_;
+  std::vector<MemRegion> probe_regions_;  // pinned + expert arenas (--probe-membw)
+  Clock::time_point last_progress_{};
+};
+
+void ComputeService::Start() {
+  omp_set_num_threads(opt_.threads > 0 ? opt_.threads : omp_get_num_procs());
+  cfg_ = LoadModelConfig(opt_.model_dir + "/config.json");
+  cfg_.expert_inputs_bf16 = ExpertInputsBf16(opt_.expert_inputs);
+  ck_ = std::make_unique<Checkpoint>(Checkpoint::Open(opt_.model_dir));
+  pinned_.emplace(ipc::ShmArena::Open(opt_.pinned_arena, false));
+  ring_.emplace(ipc::ShmArena::Open(opt_.ring_arena, false));
+  experts_arena_.emplace(ipc::ShmArena::Open(opt_.experts_arena, false));
+  if (!opt_.embed_arena.empty()) embed_window_.emplace(ipc::ShmArena::Open(opt_.embed_arena, false));
+  probe_regions_ = {{pinned_->data(), pinned_->size()}, {experts_arena_->data(), experts_arena_->size()}};
+  launcher_ = Dealer(ctx_, opt_.endpoint, "compute");
+  trunk_ = Dealer(ctx_, opt_.trunk, "");
+  experts_ = Dealer(ctx_, opt_.experts, "");
+  const auto resend = std::chrono::milliseconds(opt_.resend_ms);
+  const auto slot_wait = std::chrono::milliseconds(static_cast<int64_t>(opt_.slot_wait_seconds * 1000));
+  layers_ = std::make_unique<PipelineLayerSource>(cfg_, *ck_, trunk_, *pinned_, *ring_, counters_, resend,
+                                                  HeadStreaming{embed_window_ ? &*embed_window_ : nullptr,
+                                                                opt_.stream_lm_head});
+  experts_src_ = std::make_unique<PipelineExpertSource>(cfg_, *ck_, experts_, *experts_arena_, counters_, resend,
+                                                        slot_wait);
+  // Waits for weights and the forward pass look for a stop (stop_ reads the socket at most
+  // every 50 ms); a stop during start-up ends the process before Ready.
+  layers_->SetStopCheck([this] { return stop_(); });
+  experts_src_->SetStopCheck([this] { return stop_(); });
+  try {
+    globals_ = std::make_unique<GlobalWeights>(layers_->Globals());
+  } catch (const StopAtSafePoint&) {
+    throw Error(kExitInterrupted, "stopped during start-up");
+  }
+  fwd_ = std::make_unique<Forward>(cfg_, *globals_, *layers_, *experts_src_, layers_.get());
+  fwd_->EnableHints(opt_.prefetch_hints);
+  fwd_->SetStopCheck([this] { return stop_(); });
+  std::fprintf(stderr, "[compute] %d threads, kernels %s, routed-expert inputs %s (%s)%s\n", omp_get_max_threads(),
+               kern::ActiveIsa(), opt_.expert_inputs.c_str(), ExpertIsa(cfg_),
+               opt_.prefetch_hints ? ", next-layer expert hints on" : "");
+}
+
+// Control Stats for the launcher's live progress line: after each prompt chunk, at most
+// every 0.25 s, and always for the last one.
+void ComputeService::PrefillProgress(int64_t done, int64_t total) {
+  const auto now = Clock::now();
+  if (done < total && now - last_progress_ < std::chrono::milliseconds(250)) return;
+  last_progress_ = now;
+  ctl_.Stats({S("prefill_tokens_done", static_cast<double>(done)),
+              S("prefill_tokens_total", static_cast<double>(total))});
+}
+
+void ComputeService::Answer(const cp::Generate& g) {
+  if (g.ids.empty()) throw BadInput("Generate without prompt ids");
+  for (int32_t id : g.ids)
+    if (id < 0 || id >= cfg_.vocab_size) throw BadInput("prompt id " + std::to_string(id) + " outside the vocabulary");
+  fwd_->Reset();
+  const PipelineCounters at_start = counters_;  // waits before this request (start-up) excluded below
+  GreedyParams p;
+  p.ids = g.ids;
+  p.gen = std::max(0, g.gen);
+  p.full_recompute = g.full_recompute;
+  p.prefill_chunk = g.prefill_chunk > 0 ? g.prefill_chunk : 64;
+  p.stop_ids = g.stop_ids;
+  GreedyHooks hooks;
+  // Waits of the decode steps alone (the prompt pass also waits for start-up reads), so the
+  // launcher can show I/O wait per generated token.
+  PipelineCounters at_prefill = counters_;
+  last_progress_ = {};
+  hooks.on_prefill_progress = [&](int64_t done, int64_t total) { PrefillProgress(done, total); };
+  hooks.after_prefill = [&](const float* logits) {
+    at_prefill = counters_;
+    if (opt_.dump_logits.empty()) return;
+    std::ofstream f(opt_.dump_logits, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(logits), static_cast<std::streamsize>(cfg_.vocab_size * 4));
+    if (!f) throw Error(kExitOutput, "--dump-logits: cannot write " + opt_.dump_logits);
+  };
+  std::vector<double> probe_gbs;
+  hooks.on_token = [&](int32_t id, int64_t index) {
+    ipc::SendMessage(launcher_, ipc::Encode(cp::Token{g.request_id, id, static_cast<int32_t>(index)}));
+    if (opt_.probe_membw && index > 0) probe_gbs.push_back(ProbeReadGBs(probe_regions_));  // between steps
+  };
+  hooks.should_stop = [this] { return stop_(); };
+  const GreedyResult r = RunGreedy(*fwd_, cfg_.vocab_size, p, hooks);
+  interrupted_ = r.ending == Ending::kInterrupted;
+  // Stats first, then Done (the launcher's report waits for both; docs/pipeline.md).
+  const PipelineCounters& c = counters_;
+  ctl_.Stats({S("trunk_wait_seconds", c.trunk_wait_seconds),
+              S("expert_wait_seconds", c.expert_wait_seconds),
+              S("run_trunk_wait_seconds", c.trunk_wait_seconds - at_start.trunk_wait_seconds),
+              S("run_expert_wait_seconds", c.expert_wait_seconds - at_start.expert_wait_seconds),
+              S("decode_trunk_wait_seconds", c.trunk_wait_seconds - at_prefill.trunk_wait_seconds),
+              S("decode_expert_wait_seconds", c.expert_wait_seconds - at_prefill.expert_wait_seconds),
+              S("decode_steps", static_cast<double>(r.token_seconds.size())),
+              S("trunk_streamed_bytes", static_cast<double>(c.trunk_streamed_bytes)),
+              S("layer_wants", static_cast<double>(c.layer_wants)),
+              S("expert_requests", static_cast<double>(c.expert_requests)),
+              S("expert_rerequests", static_cast<double>(c.expert_rerequests)),
+              S("stale_refs", static_cast<double>(c.stale_refs)),
+              S("hints_sent", static_cast<double>(c.hints_sent)),
+              S("hint_recall", fwd_->hint_stats().recall()),
+              S("rejected_messages", static_cast<double>(c.rejects.rejected + ctl_.rejects().rejected)),
+              S("median_step_seconds", Median(r.token_seconds)),
+              S("membw_probe_passes", static_cast<double>(probe_gbs.size())),
+              S("membw_probe_median_gbs", Median(probe_gbs))});
+  cp::Done d;
+  d.request_id = g.request_id;
+  d.reason = WireReason(r.ending);
+  d.stats.prompt_tokens = static_cast<int32_t>(g.ids.size());
+  d.stats.generated_tokens = static_cast<int32_t>(r.generated.size());
+  d.stats.prefill_seconds = r.prefill_seconds;
+  d.stats.seconds_per_token = r.seconds_per_token;
+  ipc::SendMessage(launcher_, ipc::Encode(d));
+  const char* how = r.ending == Ending::kStopId ? "stop id" : r.ending == Ending::kInterrupted ? "interrupted" : "length";
+  std::fprintf(stderr,
+               "[compute] stats: %zu tokens generated (ended by %s), prefill %.2f s, %.4f s/token, "
+               "waits trunk %.2f s expert %.2f s, %llu rejected messages\n",
+               r.generated.size(), how, r.prefill_seconds, r.seconds_per_token,
+               c.trunk_wait_seconds - at_start.trunk_wait_seconds, c.expert_wait_seconds - at_start.expert_wait_seconds,
+               static_cast<unsigned long long>(c.rejects.rejected + ctl_.rejects().rejected));
+}
+
+}  // namespace
+
+int RunComputeService(const PipelineOptions& opt) {
+  for (const std::string* s : {&opt.model_dir, &opt.control, &opt.endpoint, &opt.trunk, &opt.experts,
+                               &opt.pinned_arena, &opt.ring_arena, &opt.experts_arena})
+    if (s->empty())
+      throw UsageError("--pipeline needs --model --control --endpoint --trunk --experts --pinned-arena "
+                       "--ring-arena --experts-arena");
+  svc::InstallStopSignals();
+  zmq::context_t ctx;
+  svc::ControlLink ctl(ctx, opt.control, "compute");
+  return svc::RunServiceLifecycle<ComputeService>("k3-compute", ctl, opt, ctx, ctl);
+}
+
+}  // namespace k3::compute

@@ -1,0 +1,30 @@
+// Pipeline mode of k3-compute (--pipeline), on the shared service shell (common/service):
+// connects to the launcher (control + compute endpoints), the trunk reader and the expert
+// fetcher, maps their arenas read-only, announces Ready, and answers every Generate with
+// Tokens, control Stats and Done, using the same greedy loop as the standalone mode
+// (generate.h). A Shutdown between requests ends it with exit 0; a stop signal, or a Shutdown
+// during a request (seen within 50 ms at a safe point), ends the request with its Stats and
+// Done, then exit 5 (docs/pipeline.md "k3-compute").
+#pragma once
+#include <string>
+
+namespace k3::compute {
+
+struct PipelineOptions {
+  std::string model_dir, control, endpoint, trunk, experts;
+  std::string pinned_arena, ring_arena, experts_arena;
+  std::string dump_logits;
+  std::string embed_arena;      // set: embedding rows come through this window (not resident)
+  bool stream_lm_head = false;  // lm_head comes through the ring in row chunks
+  int threads = 0;
+  std::string expert_inputs = "f32";  // as in StandaloneOptions
+  bool probe_membw = false;           // as in StandaloneOptions
+  bool prefetch_hints = false;        // as in StandaloneOptions; the guesses go to the fetcher
+  int resend_ms = 1000;  // LayerWant / ExpertRequest repeated after this long without an answer
+  double slot_wait_seconds = 10;  // PipelineExpertSource's slot_wait (--expert-slot-wait)
+};
+
+// The process: stop signals, control link, service lifecycle; returns the exit code.
+int RunComputeService(const PipelineOptions& opt);
+
+}  // namespace k3::compute

@@ -1,0 +1,105 @@
+// RunGreedy's endings on the tiny checkpoint: stop ids end the generation right after the
+// stop token, a stop check (between tokens or between layers) ends it early, and in every case
+// the ids produced are exactly the prefix of the uninterrupted run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "forward.h"
+#include "generate.h"
+#include "mmap_source.h"
+
+namespace k3::compute {
+namespace {
+
+class Greedy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* d = std::getenv("K3_TESTDATA");
+    const std::string dir = d ? std::string(d) + "/tiny" : std::string();
+    ASSERT_TRUE(!dir.empty() && std::filesystem::exists(dir + "/config.json"))
+        << "tiny checkpoint missing at '" << dir << "' (K3_TESTDATA)";
+    cfg_ = LoadModelConfig(dir + "/config.json");
+    ck_ = std::make_unique<MappedCheckpoint>(dir);
+    globals_ = BindGlobals(cfg_, ck_->Resolver());
+    layers_ = std::make_unique<MmapLayerSource>(cfg_, *ck_);
+    experts_ = std::make_unique<MmapExpertSource>(cfg_, *ck_);
+    fwd_ = std::make_unique<Forward>(cfg_, globals_, *layers_, *experts_);
+    params_.ids = {1, 5, 9, 200, 77, 3, 18, 42};
+    params_.gen = 12;
+  }
+
+  GreedyResult Run(const GreedyParams& p, const GreedyHooks& h = {}) {
+    fwd_->Reset();
+    return RunGreedy(*fwd_, cfg_.vocab_size, p, h);
+  }
+
+  ModelConfig cfg_;
+  std::unique_ptr<MappedCheckpoint> ck_;
+  GlobalWeights globals_;
+  std::unique_ptr<MmapLayerSource> layers_;
+  std::unique_ptr<MmapExpertSource> experts_;
+  std::unique_ptr<Forward> fwd_;
+  GreedyParams params_;
+};
+
+TEST_F(Greedy, StopIdEndsRightAfterItsFirstOccurrence) {
+  const GreedyResult full = Run(params_);
+  ASSERT_EQ(full.generated.size(), 12u);
+  EXPECT_EQ(full.ending, Ending::kLength);
+  // Stop on the 4th token's id: generation ends at its first occurrence (which may be earlier).
+  GreedyParams p = params_;
+  p.stop_ids = {999999, full.generated[3]};
+  size_t first = 0;
+  while (full.generated[first] != full.generated[3]) ++first;
+  const GreedyResult r = Run(p);
+  EXPECT_EQ(r.ending, Ending::kStopId);
+  ASSERT_EQ(r.generated.size(), first + 1);
+  EXPECT_TRUE(std::equal(r.generated.begin(), r.generated.end(), full.generated.begin()));
+  EXPECT_EQ(r.token_seconds.size(), first);
+}
+
+TEST_F(Greedy, StopBetweenTokensKeepsThePrefix) {
+  const GreedyResult full = Run(params_);
+  GreedyHooks h;
+  int asked = 0;
+  h.should_stop = [&] { return ++asked == 5; };  // asked once after each token
+  const GreedyResult r = Run(params_, h);
+  EXPECT_EQ(r.ending, Ending::kInterrupted);
+  ASSERT_EQ(r.generated.size(), 5u);
+  EXPECT_TRUE(std::equal(r.generated.begin(), r.generated.end(), full.generated.begin()));
+}
+
+TEST_F(Greedy, StopBetweenLayersEndsTheStepAndKeepsThePrefix) {
+  const GreedyResult full = Run(params_);
+  // Layers per token = num_layers; stop inside the 3rd decode step (after the prompt pass).
+  int64_t layers_done = 0;
+  const int64_t stop_at = cfg_.num_layers /*prompt*/ + 2 * cfg_.num_layers + 2;
+  fwd_->SetStopCheck([&] { return ++layers_done == stop_at; });
+  const GreedyResult r = Run(params_);
+  fwd_->SetStopCheck({});
+  EXPECT_EQ(r.ending, Ending::kInterrupted);
+  EXPECT_TRUE(r.prefill_done);
+  ASSERT_EQ(r.generated.size(), 3u);  // token 0 from the prompt, tokens 1 and 2 from two steps
+  EXPECT_EQ(r.token_seconds.size(), 2u);
+  EXPECT_TRUE(std::equal(r.generated.begin(), r.generated.end(), full.generated.begin()));
+  // The same Forward still gives the full run's ids afterwards (Reset makes a fresh sequence).
+  EXPECT_EQ(Run(params_).generated, full.generated);
+}
+
+TEST_F(Greedy, StopDuringThePromptPassGeneratesNothing) {
+  fwd_->SetStopCheck([] { return true; });
+  const GreedyResult r = Run(params_);
+  fwd_->SetStopCheck({});
+  EXPECT_EQ(r.ending, Ending::kInterrupted);
+  EXPECT_FALSE(r.prefill_done);
+  EXPECT_TRUE(r.generated.empty());
+}
+
+}  // namespace
+}  // namespace k3::compute

@@ -1,0 +1,208 @@
+// k3-compute --pipeline as a real process with the real trunk reader and expert fetcher, driven
+// by a fake launcher: the message contract of docs/pipeline.md "k3-compute --pipeline".
+// Stop ids end the generation (Done says StopId); a Shutdown during a request ends it within
+// 1 s with Stats, then Done{Interrupted} counting the tokens sent, then exit 5; a Shutdown
+// between requests is exit 0; prefill progress arrives as control Stats.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/safetensors.h"
+#include "common/tensor_names.h"
+#include "service_harness.h"
+
+namespace k3::test {
+namespace {
+
+namespace cp = ipc::compute;
+constexpr int kRingSlots = 3;
+
+class ComputeServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    size_t pinned = 0;
+    for (const auto& p : ck_.shard_paths()) pinned += fs::file_size(p) + 8192;
+    uint64_t ring_slot = 0, expert_slot = 0;
+    for (int l = 0; l < cfg_.num_layers; ++l) {
+      const ByteRange r = LayerTrunkRange(ck_, cfg_, l);
+      ring_slot = std::max<uint64_t>(ring_slot, r.end - r.begin + 8192);
+    }
+    for (int l = static_cast<int>(cfg_.first_k_dense_replace); l < cfg_.num_layers; ++l)
+      for (int e = 0; e < cfg_.num_experts; ++e) {
+        const ByteRange r = ExpertRange(ck_, l, e);
+        expert_slot = std::max<uint64_t>(expert_slot, (r.end - r.begin + 2 * 4096) / 4096 * 4096);
+      }
+    const auto slots = static_cast<uint32_t>(cfg_.routed_expert_count());
+    pinned_ = ipc::ShmArena::Create(launcher_.ArenaName("trunk-pinned"), pinned);
+    ring_ = ipc::ShmArena::Create(launcher_.ArenaName("trunk-ring"), ipc::SlotTable::BytesNeeded(kRingSlots, ring_slot));
+    ipc::SlotTable::Format(ring_, kRingSlots, ring_slot);
+    experts_ = ipc::ShmArena::Create(launcher_.ArenaName("experts"), ipc::SlotTable::BytesNeeded(slots, expert_slot));
+    ipc::SlotTable::Format(experts_, slots, expert_slot);
+    compute_ep_.set(zmq::sockopt::linger, 0);
+    compute_ep_.bind(launcher_.Endpoint("compute"));
+
+    reader_ = Child({K3_TRUNK_READER, "--model", model_, "--control", launcher_.Endpoint("control"), "--bind",
+                     launcher_.Endpoint("trunk"), "--pinned-arena", pinned_.name(), "--ring-arena", ring_.name(),
+                     "--pin", "", "--io", "pread"},
+                    launcher_.StderrPath("trunk-reader"));
+    ASSERT_TRUE(launcher_.WaitReady("trunk-reader")) << launcher_.ReadStderr("trunk-reader");
+    fetcher_ = Child({K3_EXPERT_FETCHER, "--model", model_, "--control", launcher_.Endpoint("control"), "--bind",
+                      launcher_.Endpoint("experts"), "--arena", experts_.name(), "--io", "pread"},
+                     launcher_.StderrPath("expert-fetcher"));
+    ASSERT_TRUE(launcher_.WaitReady("expert-fetcher")) << launcher_.ReadStderr("expert-fetcher");
+    compute_ = Child({K3_COMPUTE, "--pipeline", "--model", model_, "--control", launcher_.Endpoint("control"),
+                      "--endpoint", launcher_.Endpoint("compute"), "--trunk", launcher_.Endpoint("trunk"), "--experts",
+                      launcher_.Endpoint("experts"), "--pinned-arena", pinned_.name(), "--ring-arena", ring_.name(),
+                      "--experts-arena", experts_.name(), "--threads", "1"},
+                     launcher_.StderrPath("compute"));
+    ASSERT_TRUE(launcher_.WaitReady("compute")) << launcher_.ReadStderr("compute");
+  }
+  void TearDown() override {
+    compute_.Kill9();
+    reader_.Kill9();
+    fetcher_.Kill9();
+    pinned_.Unlink();
+    ring_.Unlink();
+    experts_.Unlink();
+  }
+
+  void Send(const cp::Generate& g) {
+    ipc::SendMessage(compute_ep_, ipc::Encode(g), {}, "compute");
+  }
+  std::optional<cp::Message> Next(std::chrono::milliseconds timeout = 60s) {
+    auto r = ipc::ReceiveVerified(compute_ep_, true, ipc::DecodeCompute, ipc::Clock::now() + timeout, rejects_);
+    if (!r) return std::nullopt;
+    return r->message;
+  }
+  // Tokens until Done (nullopt: none within the timeout).
+  std::optional<cp::Done> Collect(std::vector<int32_t>& ids) {
+    for (;;) {
+      auto m = Next();
+      if (!m) return std::nullopt;
+      if (const auto* t = std::get_if<cp::Token>(&*m)) ids.push_back(t->id);
+      if (const auto* d = std::get_if<cp::Done>(&*m)) return *d;
+    }
+  }
+  // Control Stats from compute until one has `name` (all of them, in arrival order).
+  std::vector<std::map<std::string, double>> StatsUntil(const std::string& name) {
+    std::vector<std::map<std::string, double>> out;
+    while (auto m = launcher_.Control(10s)) {
+      if (const auto* s = std::get_if<ipc::control::Stats>(&m->message); s && s->service == "compute") {
+        std::map<std::string, double> one;
+        for (const auto& st : s->stats) one[st.name] = st.value;
+        out.push_back(one);
+        if (one.count(name)) break;
+      }
+    }
+    return out;
+  }
+
+  FakeLauncher launcher_;
+  std::string model_ = TinyCheckpoint();
+  Checkpoint ck_ = Checkpoint::Open(model_);
+  ModelConfig cfg_ = LoadModelConfig(model_ + "/config.json");
+  ipc::ShmArena pinned_, ring_, experts_;
+  zmq::socket_t compute_ep_{launcher_.ctx(), zmq::socket_type::router};
+  ipc::RejectCounter rejects_;
+  Child reader_, fetcher_, compute_;
+};
+
+TEST_F(ComputeServiceTest, StopIdsEndTheGenerationAndDoneSaysSo) {
+  Send({1, {1, 5, 9, 200, 77, 3, 18, 42}, 10, false, 0, {}});
+  std::vector<int32_t> full;
+  auto d = Collect(full);
+  ASSERT_TRUE(d) << launcher_.ReadStderr("compute");
+  EXPECT_EQ(d->reason, cp::StopReason::kLength);
+  ASSERT_EQ(full.size(), 10u);
+  size_t first = 0;
+  while (full[first] != full[4]) ++first;
+  Send({2, {1, 5, 9, 200, 77, 3, 18, 42}, 10, false, 0, {full[4]}});
+  std::vector<int32_t> got;
+  d = Collect(got);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->request_id, 2u);
+  EXPECT_EQ(d->reason, cp::StopReason::kStopId);
+  EXPECT_EQ(d->stats.generated_tokens, static_cast<int32_t>(first + 1));
+  EXPECT_EQ(got, std::vector<int32_t>(full.begin(), full.begin() + static_cast<long>(first) + 1));
+  // A Shutdown between requests is a normal end.
+  launcher_.Shutdown("compute");
+  EXPECT_EQ(compute_.Wait(10s), 0) << launcher_.ReadStderr("compute");
+}
+
+TEST_F(ComputeServiceTest, ShutdownDuringARequestSendsStatsThenDoneAndExits5WithinOneSecond) {
+  Send({7, {1, 5, 9, 200, 77, 3, 18, 42}, 1000000, false, 0, {}});
+  std::vector<int32_t> ids;
+  while (ids.size() < 5) {
+    auto m = Next();
+    ASSERT_TRUE(m) << launcher_.ReadStderr("compute");
+    if (const auto* t = std::get_if<cp::Token>(&*m)) ids.push_back(t->id);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  launcher_.Shutdown("compute");
+  auto d = Collect(ids);
+  ASSERT_TRUE(d);
+  const int code = compute_.Wait(5s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(code, 5) << launcher_.ReadStderr("compute");
+  EXPECT_LT(took, 1.0);
+  EXPECT_EQ(d->request_id, 7u);
+  EXPECT_EQ(d->reason, cp::StopReason::kInterrupted);
+  EXPECT_EQ(d->stats.generated_tokens, static_cast<int32_t>(ids.size()));
+  EXPECT_EQ(d->stats.prompt_tokens, 8);
+  // The request's Stats (the full set, as for a finished request) were sent before Done.
+  auto stats = StatsUntil("decode_steps");
+  ASSERT_FALSE(stats.empty());
+  EXPECT_EQ(stats.back().at("decode_steps"), static_cast<double>(ids.size() - 1));
+  EXPECT_TRUE(stats.back().count("expert_wait_seconds"));
+}
+
+// Waiting for weights is a safe point too: with the trunk reader stopped (SIGSTOP) compute
+// sits in its wait for the next ring layer, and a stop signal still ends it within 1 s.
+TEST_F(ComputeServiceTest, StopSignalWhileWaitingForWeightsEndsTheRequest) {
+  Send({8, {1, 5, 9, 200, 77, 3, 18, 42}, 1000000, false, 0, {}});
+  std::vector<int32_t> ids;
+  while (ids.size() < 3) {
+    auto m = Next();
+    ASSERT_TRUE(m) << launcher_.ReadStderr("compute");
+    if (const auto* t = std::get_if<cp::Token>(&*m)) ids.push_back(t->id);
+  }
+  ASSERT_EQ(::kill(reader_.pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(300ms);  // compute is now waiting for a layer
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(compute_.pid(), SIGTERM), 0);
+  auto d = Collect(ids);
+  const int code = compute_.Wait(5s);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::kill(reader_.pid(), SIGCONT);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->reason, cp::StopReason::kInterrupted);
+  EXPECT_EQ(d->stats.generated_tokens, static_cast<int32_t>(ids.size()));
+  EXPECT_EQ(code, 5) << launcher_.ReadStderr("compute");
+  EXPECT_LT(took, 1.0);
+}
+
+TEST_F(ComputeServiceTest, PrefillProgressArrivesAsStats) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 200; ++i) prompt.push_back((i * 37 + 5) % 250);
+  Send({3, prompt, 1, false, 8, {}});
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(Collect(ids));
+  auto stats = StatsUntil("decode_steps");
+  std::vector<double> done;
+  for (const auto& s : stats)
+    if (s.count("prefill_tokens_done")) {
+      EXPECT_EQ(s.at("prefill_tokens_total"), 200);
+      done.push_back(s.at("prefill_tokens_done"));
+    }
+  ASSERT_FALSE(done.empty());
+  EXPECT_EQ(done.back(), 200);  // always one for the last chunk
+  EXPECT_TRUE(std::is_sorted(done.begin(), done.end()));
+  EXPECT_LE(done.size(), 25u);  // at most one per chunk of 8
+}
+
+}  // namespace
+}  // namespace k3::test
