@@ -1,0 +1,45 @@
+// The launcher's one live progress line on stderr (trunk pinning, prompt prefill, decode
+// rate) and its own informational lines. On a terminal the live line is redrawn in place
+// (\r + clear-line) and cleared before anything else is written to that terminal; otherwise
+// it is a plain line at most every few seconds. Quiet mode drops both (errors and the final
+// summary are printed by the caller regardless).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace k3::launch {
+
+// "pin: 1.2 GiB of 3.4 GiB, 35%, 850 MB/s, ETA 3 s" and the like; pure, for tests.
+std::string ProgressText(const std::string& what, double done, double total, double seconds, bool bytes);
+
+class ProgressLine {
+ public:
+  using Clock = std::chrono::steady_clock;
+  ProgressLine(bool quiet, bool stderr_tty, bool stdout_same_tty, double plain_interval_seconds = 5);
+  // From the real file descriptors 1 and 2.
+  static ProgressLine ForStdio(bool quiet);
+
+  // The live line (rate-limited; `force` draws it even if one was drawn just now).
+  void Show(const std::string& text, bool force = false);
+  // A permanent informational line ("[launch] ..."); dropped when quiet.
+  void Info(const std::string& line);
+  // Any line that must be seen (errors, summary): clears the live line first.
+  void Always(const std::string& line);
+  // Call before writing to stdout; `text_ends_line`: what was written ends with '\n', so a
+  // live line may be drawn again on that terminal row.
+  void BeforeStdout();
+  void AfterStdout(bool text_ends_line);
+  void Clear();  // erases the live line (terminal only)
+  bool quiet() const { return quiet_; }
+
+ private:
+  void Write(const std::string& s);
+  bool quiet_, tty_, same_tty_;
+  double plain_interval_;
+  bool shown_ = false;         // a live line is on the terminal now
+  bool stdout_midline_ = false;  // stdout text on the terminal row: no live line there
+  Clock::time_point last_draw_{};
+};
+
+}  // namespace k3::launch
