@@ -86,7 +86,7 @@ class Runner {
   void HandleControl(const ipc::Received<ipc::control::Message>& r);
   void HandleCompute(const ipc::Received<ipc::compute::Message>& r);
   void HandleDeaths();
-  void ForwardChildStderr(bool flush);
+  void ForwardChildStderr(bool flush, int only = -1);
   void SendGenerate(const std::vector<int32_t>& ids);
   void Stop(const std::string& reason);
   void SampleMemory();
@@ -130,7 +130,9 @@ class Runner {
 void Runner::Spawn(const RunEndpoints& ep) {
   for (ServiceCommand& c : ServiceCommandLines(opt_, m_, plan_, ep, in_.tokenizer_dir)) {
     Service s{c.name, std::move(c.argv), c.restartable};
-    s.capture_stderr = opt_.quiet;
+    // Every service's stderr comes through the launcher, a whole line at a time, so their
+    // lines never split one another, the live progress line, or the launcher's last line.
+    s.capture_stderr = true;
     sup_.Add(std::move(s));
   }
   for (const Service& s : sup_.services())
@@ -189,12 +191,10 @@ void Runner::HandleControl(const ipc::Received<ipc::control::Message>& r) {
         if constexpr (std::is_same_v<T, Hello>) {
           // A Hello must come from the child started under that name (an old instance of a
           // restarted service, or anything else on the socket, is rejected and counted).
-          const auto& svcs = sup_.services();
-          const auto it = std::find_if(svcs.begin(), svcs.end(), [&](const Service& s) { return s.name == msg.service; });
-          if (it == svcs.end() || it->pid <= 0 || it->pid != msg.pid || r.identity != msg.service) {
+          const std::string why = HelloMismatch(sup_.services(), r.identity, msg.service, msg.pid);
+          if (!why.empty()) {
             ++rejects_.rejected;
-            rejects_.last_reason = "Hello from '" + msg.service + "' with pid " + std::to_string(msg.pid) +
-                                   ", which is not the child started under that name";
+            rejects_.last_reason = why;
             if (!hello_mismatch_logged_) progress_.Info("[launch] rejected: " + rejects_.last_reason);
             hello_mismatch_logged_ = true;
           }
@@ -251,6 +251,7 @@ void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
 
 void Runner::HandleDeaths() {
   for (const Death& d : sup_.Reap()) {
+    ForwardChildStderr(true, static_cast<int>(d.index));  // all it wrote before exiting
     Service& s = sup_.services()[d.index];
     const int status = d.status;
     std::string what = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
@@ -280,11 +281,13 @@ void Runner::HandleDeaths() {
   }
 }
 
-// Quiet mode: the services' stderr comes through pipes; only their error lines ("k3-...: ",
-// anything not a "[service] ..." progress line) are passed on.
-void Runner::ForwardChildStderr(bool flush) {
-  for (Service& s : sup_.services()) {
-    if (s.stderr_fd < 0) continue;
+// The services' stderr, line by line (a partial line waits for its end, or for the service's
+// exit: `flush`). Quiet mode passes on only their error lines ("k3-...: ", anything that is not
+// a "[service] ..." progress or stats line).
+void Runner::ForwardChildStderr(bool flush, int only) {
+  for (size_t i = 0; i < sup_.services().size(); ++i) {
+    Service& s = sup_.services()[i];
+    if (s.stderr_fd < 0 || (only >= 0 && static_cast<size_t>(only) != i)) continue;
     std::string& buf = stderr_partial_[s.name];
     char chunk[4096];
     for (;;) {
@@ -297,10 +300,10 @@ void Runner::ForwardChildStderr(bool flush) {
     while ((nl = buf.find('\n')) != std::string::npos) {
       const std::string line = buf.substr(0, nl);
       buf.erase(0, nl + 1);
-      if (!line.empty() && line[0] != '[') progress_.Always(line);
+      if (!opt_.quiet || (!line.empty() && line[0] != '[')) progress_.Always(line);
     }
-    if (flush && !buf.empty()) {
-      if (buf[0] != '[') progress_.Always(buf);
+    if ((flush || buf.size() > 65536) && !buf.empty()) {
+      if (!opt_.quiet || buf[0] != '[') progress_.Always(buf);
       buf.clear();
     }
   }
@@ -389,7 +392,8 @@ void Runner::SampleMemory() {
 
 // Shutdown to every service, then wait for them to exit while still taking their messages
 // (final Stats, compute's Done, a Dead about an output that could not be written) and exit
-// statuses. A requested stop (signal, closed stdout) waits at most 1.5 s before SIGTERM.
+// statuses. A requested stop (signal, closed stdout) waits at most 1.2 s before SIGTERM (compute
+// stops at a safe point within 1 s).
 void Runner::Stop(const std::string& reason) {
   SampleMemory();
   stopping_ = true;
@@ -402,7 +406,7 @@ void Runner::Stop(const std::string& reason) {
     }
   }
   const bool requested = StopRequested();
-  const double grace = requested ? std::min(opt_.shutdown_timeout, 1.5) : opt_.shutdown_timeout;
+  const double grace = requested ? std::min(opt_.shutdown_timeout, 1.2) : opt_.shutdown_timeout;
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace * 1000));
   while (sup_.AnyRunning() && Clock::now() < deadline) Pump(std::min(deadline, Clock::now() + std::chrono::milliseconds(20)));
   sup_.KillAll(std::chrono::milliseconds(requested ? 300 : 2000));
@@ -567,6 +571,17 @@ int Runner::Run() {
 }
 
 }  // namespace
+
+std::string HelloMismatch(const std::vector<Service>& services, const std::string& identity,
+                          const std::string& service, int64_t pid) {
+  const auto it = std::find_if(services.begin(), services.end(), [&](const Service& s) { return s.name == service; });
+  if (it == services.end()) return "Hello from unknown service '" + service + "'";
+  if (identity != service) return "Hello for '" + service + "' sent by '" + identity + "'";
+  if (it->pid <= 0 || it->pid != pid)
+    return "Hello from '" + service + "' with pid " + std::to_string(pid) + ", but the child started as " + service +
+           " is " + (it->pid > 0 ? "pid " + std::to_string(it->pid) : std::string("not running"));
+  return {};
+}
 
 int RunPipeline(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,
                 const PromptInput& prompt) {

@@ -11,6 +11,7 @@
 #include "common/plan/memory_plan.h"
 #include "model_layout.h"
 #include "options.h"
+#include "supervisor.h"
 
 namespace k3::launch {
 
@@ -23,6 +24,11 @@ struct PromptInput {
   std::string text;
   std::string tokenizer_dir;  // "" = no tokenizer service
 };
+
+// Why a Hello is rejected ("" when it is accepted): it must name a service we started, come
+// from the DEALER of that name, and carry the pid of the child running under that name now.
+std::string HelloMismatch(const std::vector<Service>& services, const std::string& identity,
+                          const std::string& service, int64_t pid);
 
 // Runs the prompt through the services; returns the exit code (throws k3::Error on failure:
 // the first failing service's exit code and reason, docs/exit-codes.md).
