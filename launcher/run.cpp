@@ -162,7 +162,8 @@ void Runner::OnStats(const std::string& service) {
   const double secs = std::chrono::duration<double>(Clock::now() - t0_).count();
   if (service == "trunk-reader" && get("pin_bytes_total") > 0 && !pin_reported_) {
     const double done = get("pin_bytes_done"), total = get("pin_bytes_total");
-    const std::string text = ProgressText("pinning trunk", done, total, secs, true);
+    // The reader's own clock when it sends one (reads only, not its start-up).
+    const std::string text = ProgressText("pinning trunk", done, total, get("pin_seconds") > 0 ? get("pin_seconds") : secs, true);
     if (done >= total) {
       pin_reported_ = true;
       progress_.Info(text);
