@@ -224,9 +224,11 @@ void Runner::HandleControl(const ipc::Received<ipc::control::Message>& r) {
           if (!first_dead_) first_dead_ = f;
           const auto& svcs = sup_.services();
           const auto it = std::find_if(svcs.begin(), svcs.end(), [&](const Service& s) { return s.name == msg.service; });
-          // Restarting helps only a service that had come up and failed at run time (exit 1);
-          // at start-up, for compute, while stopping or with any other code it ends the run.
-          const bool restart_helps = it != svcs.end() && it->restartable && it->ready && f.code == kExitRuntime;
+          // Restarting helps only a service that had come up and then failed at run time (exit 1)
+          // or was stopped by someone else's signal (5); at start-up, for compute, while
+          // stopping or with any other code (bad model, output, input) it ends the run.
+          const bool restart_helps = it != svcs.end() && it->restartable && it->ready &&
+                                     (f.code == kExitRuntime || f.code == kExitInterrupted);
           if (stopping_ || !restart_helps) Fail(f);
         }
       },
