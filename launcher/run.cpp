@@ -395,23 +395,44 @@ void Runner::SampleMemory() {
 
 // Shutdown to every service, then wait for them to exit while still taking their messages
 // (final Stats, compute's Done, a Dead about an output that could not be written) and exit
-// statuses. A requested stop (signal, closed stdout) waits at most 1.2 s before SIGTERM (compute
-// stops at a safe point within 1 s).
+// statuses. A requested stop (signal, closed stdout) stops compute first (it reaches a safe
+// point within 1 s; 1.2 s at most), then the others (0.3 s), then SIGTERM.
 void Runner::Stop(const std::string& reason) {
   SampleMemory();
   stopping_ = true;
-  for (const Service& s : sup_.services()) {
-    if (s.pid <= 0) continue;
-    try {
-      ipc::SendMessage(*control_, ipc::Encode(ipc::control::Shutdown{reason}), {}, s.name);
-    } catch (const Error&) {
-      // not connected (yet): SIGTERM below takes care of it
+  auto shutdown = [&](bool compute) {
+    for (const Service& s : sup_.services()) {
+      if (s.pid <= 0 || (s.name == "compute") != compute) continue;
+      try {
+        ipc::SendMessage(*control_, ipc::Encode(ipc::control::Shutdown{reason}), {}, s.name);
+      } catch (const Error&) {
+        // not connected (yet): SIGTERM below takes care of it
+      }
     }
-  }
+  };
+  auto running = [&](bool compute_only) {
+    for (const Service& s : sup_.services())
+      if (s.pid > 0 && (!compute_only || s.name == "compute")) return true;
+    return false;
+  };
+  auto wait = [&](Clock::time_point deadline, bool compute_only) {
+    while (running(compute_only) && Clock::now() < deadline)
+      Pump(std::min(deadline, Clock::now() + std::chrono::milliseconds(20)));
+  };
   const bool requested = StopRequested();
-  const double grace = requested ? std::min(opt_.shutdown_timeout, 1.2) : opt_.shutdown_timeout;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace * 1000));
-  while (sup_.AnyRunning() && Clock::now() < deadline) Pump(std::min(deadline, Clock::now() + std::chrono::milliseconds(20)));
+  if (requested) {
+    // Compute first: cut short mid-generation it may still need the weight services to reach
+    // its safe point (within 1 s); its final Stats and Done arrive while we wait.
+    shutdown(true);
+    wait(Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(std::min(opt_.shutdown_timeout, 1.2) * 1000)),
+         true);
+    shutdown(false);
+    wait(Clock::now() + std::chrono::milliseconds(300), false);
+  } else {
+    shutdown(true);
+    shutdown(false);
+    wait(Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.shutdown_timeout * 1000)), false);
+  }
   sup_.KillAll(std::chrono::milliseconds(requested ? 300 : 2000));
   // What the services sent right before exiting may still be on its way.
   Pump(Clock::now() + std::chrono::milliseconds(30));
