@@ -426,6 +426,10 @@ void Runner::Stop(const std::string& reason) {
     shutdown(true);
     wait(Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(std::min(opt_.shutdown_timeout, 1.2) * 1000)),
          true);
+    // Still running: it did not see the Shutdown in time; SIGTERM now (our child), in
+    // parallel with the others' stop.
+    for (const Service& s : sup_.services())
+      if (s.pid > 0 && s.name == "compute") ::kill(s.pid, SIGTERM);
     shutdown(false);
     wait(Clock::now() + std::chrono::milliseconds(300), false);
   } else {
