@@ -67,7 +67,8 @@ void ProgressLine::Write(const std::string& s) {
 void ProgressLine::Show(const std::string& text, bool force) {
   if (quiet_) return;
   const auto now = Clock::now();
-  const double since = std::chrono::duration<double>(now - last_draw_).count();
+  // Rate limit from the previous drawing (none yet: draw now).
+  const double since = drawn_ ? std::chrono::duration<double>(now - last_draw_).count() : 1e9;
   if (tty_) {
     if (stdout_midline_) return;  // the row holds generated text
     if (!force && since < 0.1) return;
@@ -78,6 +79,7 @@ void ProgressLine::Show(const std::string& text, bool force) {
     Write(text + "\n");
   }
   last_draw_ = now;
+  drawn_ = true;
 }
 
 void ProgressLine::Clear() {

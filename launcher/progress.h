@@ -40,6 +40,7 @@ class ProgressLine {
   bool shown_ = false;         // a live line is on the terminal now
   bool stdout_midline_ = false;  // stdout text on the terminal row: no live line there
   Clock::time_point last_draw_{};
+  bool drawn_ = false;
 };
 
 }  // namespace k3::launch
