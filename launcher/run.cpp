@@ -114,7 +114,7 @@ class Runner {
   bool hello_mismatch_logged_ = false;
   std::map<std::string, std::map<std::string, double>> stats_;  // service -> latest Stats
   std::map<std::string, ProcMemory> peak_;
-  std::map<std::string, std::string> stderr_partial_;  // quiet mode: unfinished child lines
+  std::map<std::string, std::string> stderr_partial_;  // per service: its unfinished stderr line
   std::vector<int32_t> generated_;
   std::vector<Clock::time_point> token_arrivals_;  // when each generated token reached the launcher
   std::optional<ipc::compute::RunStats> done_;
