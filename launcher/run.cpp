@@ -262,8 +262,10 @@ void Runner::HandleDeaths() {
     if (stopping_) {
       // Ending on the Shutdown (0), on a stop signal (5, or killed by our SIGTERM) is expected;
       // so is however compute ends when we cut its generation short.
-      const bool ok = (s.name == "compute" && StopRequested()) || WIFSIGNALED(status) ? (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL)
-                                          : (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == kExitInterrupted);
+      const bool expected = WIFSIGNALED(status)
+                                ? (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL)
+                                : (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == kExitInterrupted);
+      const bool ok = (s.name == "compute" && StopRequested()) || expected;
       if (!ok) Fail({WIFEXITED(status) ? KnownCode(WEXITSTATUS(status)) : kExitRuntime, s.name,
                      s.name + ": " + what + " while stopping"});
       continue;
