@@ -94,13 +94,20 @@ void ProgressLine::Info(const std::string& line) {
 
 void ProgressLine::Always(const std::string& line) {
   Clear();
-  if (tty_ && stdout_midline_ && same_tty_) {
-    // Generated text is mid-row on this terminal: start the line below it.
-    Write("\n" + line + "\n");
-    stdout_midline_ = false;
+  if (same_tty_ && stdout_midline_) {
+    held_.push_back(line);
+    if (held_.size() > 1000) FinishText();  // text without a newline for that long: stop holding
     return;
   }
   Write(line + "\n");
+}
+
+void ProgressLine::FinishText() {
+  if (same_tty_ && stdout_midline_) Write("\n");
+  stdout_midline_ = false;
+  std::vector<std::string> lines;
+  lines.swap(held_);
+  for (const std::string& l : lines) Write(l + "\n");
 }
 
 void ProgressLine::BeforeStdout() {
@@ -108,7 +115,9 @@ void ProgressLine::BeforeStdout() {
 }
 
 void ProgressLine::AfterStdout(bool text_ends_line) {
-  if (same_tty_) stdout_midline_ = !text_ends_line;
+  if (!same_tty_) return;
+  stdout_midline_ = !text_ends_line;
+  if (!stdout_midline_ && !held_.empty()) FinishText();
 }
 
 }  // namespace k3::launch

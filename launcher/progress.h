@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace k3::launch {
 
@@ -24,8 +25,12 @@ class ProgressLine {
   void Show(const std::string& text, bool force = false);
   // A permanent informational line ("[launch] ..."); dropped when quiet.
   void Info(const std::string& line);
-  // Any line that must be seen (errors, summary): clears the live line first.
+  // Any line that must be seen (errors, summary): clears the live line first. While generated
+  // text stands mid-row on the same terminal the line is held back until the text reaches a
+  // newline (or FinishText), so the text is never split.
   void Always(const std::string& line);
+  // No more stdout text: ends a mid-row text line on the terminal and writes held lines.
+  void FinishText();
   // Call before writing to stdout; `text_ends_line`: what was written ends with '\n', so a
   // live line may be drawn again on that terminal row.
   void BeforeStdout();
@@ -39,6 +44,7 @@ class ProgressLine {
   double plain_interval_;
   bool shown_ = false;         // a live line is on the terminal now
   bool stdout_midline_ = false;  // stdout text on the terminal row: no live line there
+  std::vector<std::string> held_;  // lines waiting for the text row to end
   Clock::time_point last_draw_{};
   bool drawn_ = false;
 };

@@ -445,6 +445,7 @@ void Runner::Stop(const std::string& reason) {
   DrainSockets();
   ForwardChildStderr(true);
   progress_.Clear();
+  progress_.FinishText();  // nothing more goes to stdout
 }
 
 void Runner::PrintText() {

@@ -53,9 +53,16 @@ TEST(ProgressLine, TerminalRedrawsInPlaceAndKeepsGeneratedTextWhole) {
     p.BeforeStdout();          // clears the live line before text goes to the same terminal
     p.AfterStdout(false);      // the text is mid-row now
     p.Show("[launch] b", true);  // not drawn over the text
-    p.Always("[launch] done");   // starts below the text
+    p.Always("[service] x");     // held back: the text row is not finished
+    p.BeforeStdout();
+    p.AfterStdout(true);         // the text row ended: held lines follow
+    p.Always("[service] y");
+    p.BeforeStdout();
+    p.AfterStdout(false);
+    p.Always("[launch] done");
+    p.FinishText();              // ends the text row, then the held line
   }
-  EXPECT_EQ(cap.Take(), "\r\033[K[launch] a\r\033[K\n[launch] done\n");
+  EXPECT_EQ(cap.Take(), "\r\033[K[launch] a\r\033[K[service] x\n[service] y\n\n[launch] done\n");
 }
 
 TEST(ProgressLine, PlainLinesWhenNotATerminalAndNothingWhenQuiet) {
