@@ -184,6 +184,7 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& fi
   c.moe_renormalize = tc.Has("moe_renormalize") ? tc.Bool("moe_renormalize") : true;
   c.routed_scaling_factor = tc.Has("routed_scaling_factor") ? tc.Num("routed_scaling_factor") : 1.0;
   if (c.routed_scaling_factor <= 0) tc.Fail("routed_scaling_factor", "must be positive");
+  c.max_position_embeddings = tc.Has("max_position_embeddings") ? tc.PosInt("max_position_embeddings", int64_t{1} << 40) : 0;
 
   // ---- Gated MLA (NoPE) ----
   c.mla_heads = tc.PosInt("num_attention_heads", kMaxCount);

@@ -52,6 +52,8 @@ struct ModelConfig {
   // their MXFP4 products (--expert-inputs bf16), as the official bf16 reference feeds them.
   // Default false: exact f32 inputs.
   bool expert_inputs_bf16 = false;
+  // Longest context the model supports (max_position_embeddings; 0 when the config has none).
+  int64_t max_position_embeddings = 0;
   // special ids (top level, falling back to text_config)
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;

@@ -10,25 +10,12 @@
 #include "common/plan/memory_plan.h"
 #include "model_layout.h"
 #include "options.h"
+#include "arena_sizes.h"
+#include "command_lines.h"
 #include "run.h"
 #include "common/process_init.h"
 
 namespace {
-
-std::vector<int32_t> ParseIdList(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(text);
-  std::string tok;
-  while (std::getline(ss, tok, ',')) {
-    if (tok.empty() || tok.size() > 10 || tok.find_first_not_of("0123456789") != std::string::npos)
-      throw k3::UsageError("--ids: expected comma-separated non-negative integers, got '" + text + "'");
-    const long long v = std::stoll(tok);
-    if (v > INT32_MAX) throw k3::UsageError("--ids: id " + tok + " out of range");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty() || text.back() == ',') throw k3::UsageError("--ids: expected comma-separated non-negative integers, got '" + text + "'");
-  return ids;
-}
 
 int Main(int argc, char** argv) {
   using namespace k3;
@@ -45,7 +32,17 @@ int Main(int argc, char** argv) {
   po.max_pinned_trunk = opt.max_pinned_trunk;
   if (!opt.expert_server.empty()) po.remote_expert_frames = opt.inflight;  // the fetcher's bound
   const plan::MemoryPlan p = plan::MakePlan(m.plan_model, budget, po);
+  for (int32_t id : opt.stop_ids)
+    if (id >= m.cfg.vocab_size)
+      throw UsageError("--stop-ids: id " + std::to_string(id) + " outside [0," + std::to_string(m.cfg.vocab_size) + ")");
   std::FILE* plan_out = opt.dry_run ? stdout : stderr;  // stdout carries only ids in a run
+  // --quiet: the plan goes nowhere in a run (a dry run prints it: that is what it is for).
+  std::FILE* devnull = nullptr;
+  if (opt.quiet && !opt.dry_run) plan_out = devnull = std::fopen("/dev/null", "w");
+  struct CloseAtExit {
+    std::FILE* f;
+    ~CloseAtExit() { if (f) std::fclose(f); }
+  } close_devnull{devnull};
   std::fprintf(plan_out, "memory plan for %s (%lld layers, %s; %s)\n", opt.model.c_str(),
                static_cast<long long>(m.cfg.num_layers), m.from_headers ? "shard headers" : "config + index",
                opt.dry_run ? "dry run" : "run");
@@ -67,12 +64,16 @@ int Main(int argc, char** argv) {
                p.lm_head_resident ? "no (resident)"
                                   : ("via trunk-ring in " + std::to_string(p.lm_head_chunks) + " chunks of " +
                                      std::to_string(p.lm_head_chunk_rows) + " rows").c_str());
-  // The arenas are the plan's shm regions, so the printed table is what gets created.
-  int64_t planned_shm = 0;
-  for (const plan::Region& r : p.regions())
-    if (r.process == "shm") planned_shm += r.bytes;
-  if (a.pinned + a.ring + a.embed_window + a.experts != planned_shm)
-    throw RuntimeFailure("internal: arenas differ from the plan's shared-memory regions");
+  // Two computations must agree: the arenas sized from the layout (what the services fill)
+  // and the plan's shm regions (what the budget charged), so the printed table is what gets
+  // created.
+  if (a.pinned != p.pinned_bytes || a.ring != p.ring_bytes || a.embed_window != p.embed_window_bytes ||
+      a.experts != p.expert_arena_bytes)
+    throw RuntimeFailure("internal: arenas sized from the layout (pinned " + std::to_string(a.pinned) + ", ring " +
+                         std::to_string(a.ring) + ", embed-window " + std::to_string(a.embed_window) + ", experts " +
+                         std::to_string(a.experts) + ") differ from the plan's (" + std::to_string(p.pinned_bytes) +
+                         ", " + std::to_string(p.ring_bytes) + ", " + std::to_string(p.embed_window_bytes) + ", " +
+                         std::to_string(p.expert_arena_bytes) + ")");
   std::fflush(plan_out);
   if (opt.dry_run) return kExitOk;
 
@@ -83,7 +84,7 @@ int Main(int argc, char** argv) {
   if (in.tokenizer_dir.empty() && std::filesystem::exists(std::filesystem::path(opt.model) / "tiktoken.model"))
     in.tokenizer_dir = opt.model;
   if (!opt.ids.empty()) {
-    in.ids = ParseIdList(opt.ids);
+    in.ids = launch::ParseIdList(opt.ids, "--ids");
     for (int32_t id : in.ids)
       if (id < 0 || id >= m.cfg.vocab_size)
         throw UsageError("--ids: id " + std::to_string(id) + " outside [0," + std::to_string(m.cfg.vocab_size) + ")");

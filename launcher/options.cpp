@@ -3,6 +3,10 @@
 #include <CLI/CLI.hpp>
 #include <toml++/toml.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +23,28 @@ std::string ResolvePath(const std::string& base_dir, const std::string& p) {
 }
 
 }  // namespace
+
+std::vector<int32_t> ParseIdList(const std::string& text, const std::string& flag) {
+  const auto bad = [&] {
+    return UsageError(flag + ": expected comma-separated non-negative integers, got '" + text + "'");
+  };
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) {
+    if (tok.empty() || tok.size() > 10 || tok.find_first_not_of("0123456789") != std::string::npos) throw bad();
+    const long long v = std::stoll(tok);
+    if (v > INT32_MAX) throw UsageError(flag + ": id " + tok + " out of range");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty() || text.back() == ',') throw bad();
+  return ids;
+}
+
+int MaxThreads() {
+  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return 4 * static_cast<int>(std::clamp<long>(n, 1, 1 << 20));
+}
 
 void ApplyToml(const std::string& toml_text, const std::string& source_name,
                const std::string& base_dir, LaunchOptions& opt) {
@@ -43,6 +69,11 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
       if (!node.is_integer()) throw bad("an integer");
       return *node.value<int64_t>();
     };
+    auto small_int = [&]() {  // fields held in an int: no silent wrap-around
+      const int64_t v = integer();
+      if (v < INT_MIN || v > INT_MAX) throw bad("an integer in int range");
+      return static_cast<int>(v);
+    };
     if (k == "model") opt.model = ResolvePath(base_dir, str());
     else if (k == "tokenizer") opt.tokenizer = ResolvePath(base_dir, str());
     else if (k == "budget") opt.budget = node.is_integer() ? std::to_string(integer()) : str();
@@ -53,11 +84,11 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "gen") opt.gen = integer();
     else if (k == "context") opt.context = integer();
     else if (k == "prefill_chunk") opt.prefill_chunk = integer();
-    else if (k == "ring_slots") opt.ring_slots = static_cast<int>(integer());
-    else if (k == "threads") opt.threads = static_cast<int>(integer());
+    else if (k == "ring_slots") opt.ring_slots = small_int();
+    else if (k == "threads") opt.threads = small_int();
     else if (k == "expert_inputs") opt.expert_inputs = str();
     else if (k == "expert_server") opt.expert_server = str();
-    else if (k == "inflight") opt.inflight = static_cast<int>(integer());
+    else if (k == "inflight") opt.inflight = small_int();
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
     else if (k == "full_recompute") {
       if (!node.is_boolean()) throw bad("true or false");
@@ -68,6 +99,18 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     } else if (k == "prefetch_hints") {
       if (!node.is_boolean()) throw bad("true or false");
       opt.prefetch_hints = *node.value<bool>();
+    } else if (k == "quiet") {
+      if (!node.is_boolean()) throw bad("true or false");
+      opt.quiet = *node.value<bool>();
+    } else if (k == "stop_ids") {
+      const toml::array* arr = node.as_array();
+      if (!arr) throw bad("a list of token ids");
+      opt.stop_ids.clear();
+      for (const toml::node& e : *arr) {
+        if (!e.is_integer() || *e.value<int64_t>() < 0 || *e.value<int64_t>() > INT32_MAX)
+          throw bad("a list of non-negative token ids");
+        opt.stop_ids.push_back(static_cast<int32_t>(*e.value<int64_t>()));
+      }
     } else if (k == "out") opt.out = str();
     else throw UsageError(source_name + ": unknown key '" + k + "'");
   }
@@ -88,9 +131,15 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--io", cli.io, "read backend: direct, pread, uring, mmap");
   app.add_option("--out", cli.out, "JSON report");
   app.add_option("--dump-logits", cli.dump_logits, "float32 logits choosing the first token");
-  app.add_option("--threads", cli.threads, "compute threads (default: all cores)");
+  app.add_option("--threads", cli.threads,
+                 "compute threads, 1 to 4 x online CPUs (" + std::to_string(MaxThreads()) + " here); 0 or absent: all cores");
   app.add_option("--expert-inputs", cli.expert_inputs, "routed-expert inputs: f32 (exact) or bf16 (rounded, faster)");
-  app.add_option("--context", cli.context, "context length the plan reserves");
+  app.add_option("--context", cli.context,
+                 "context length the plan reserves (at most the model's max_position_embeddings)");
+  std::string stop_ids;
+  app.add_option("--stop-ids", stop_ids,
+                 "token ids that end generation after being emitted, comma separated (TOML: stop_ids = [..])");
+  app.add_flag("--quiet", cli.quiet, "stderr: only errors and the final summary (no progress or service lines)");
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
   app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
@@ -136,14 +185,27 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--inflight")) opt.inflight = cli.inflight;
   if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
   if (given("--expert-server")) opt.expert_server = cli.expert_server;
+  if (given("--stop-ids")) opt.stop_ids = ParseIdList(stop_ids, "--stop-ids");
+  if (cli.quiet) opt.quiet = true;
   opt.dry_run = cli.dry_run;
   if (no_hints) opt.prefetch_hints = false;
   opt.probe_membw = cli.probe_membw;
 
+  CheckOptions(opt);
+  return opt;
+}
+
+void CheckOptions(const LaunchOptions& opt) {
   if (opt.budget.empty()) throw UsageError("--budget is required (in the TOML or on the command line)");
   if (opt.model.empty()) throw UsageError("no model: set 'model' in the TOML or pass --model");
   if (opt.gen < 0) throw UsageError("--gen must be >= 0");
-  if (opt.threads < 0) throw UsageError("--threads must be >= 1");
+  // 0 = all cores. More threads than 4 per core only slow compute down, and huge counts crash
+  // the OpenMP runtime (SIGSEGV in libgomp at 100000).
+  if (opt.threads < 0 || opt.threads > MaxThreads())
+    throw UsageError("--threads " + std::to_string(opt.threads) + ": must be 1 to " + std::to_string(MaxThreads()) +
+                     " (4 x the " + std::to_string(MaxThreads() / 4) + " online cores), or 0 for all cores");
+  if (opt.context < 1) throw UsageError("--context must be >= 1");
+  if (opt.prefill_chunk < 1) throw UsageError("prefill_chunk must be >= 1");
   if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
   if (opt.expert_inputs != "f32" && opt.expert_inputs != "bf16")
     throw UsageError("--expert-inputs: '" + opt.expert_inputs + "' is not f32 or bf16");
@@ -153,7 +215,6 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
     throw UsageError("expert_server_timeout must be between 0.1 and 86400 seconds");
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
     throw UsageError("--io: unknown backend '" + opt.io + "' (direct, pread, uring, mmap)");
-  return opt;
 }
 
 }  // namespace k3::launch

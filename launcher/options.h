@@ -19,7 +19,7 @@ struct LaunchOptions {
   int64_t context = 4096;
   int64_t prefill_chunk = 64;
   int ring_slots = 2;
-  int threads = 0;           // compute threads (0 = all cores)
+  int threads = 0;           // compute threads (0 = all cores; at most 4 x online CPUs)
   std::string expert_inputs = "f32";  // routed-expert inputs: "f32" (exact) or "bf16"
   int inflight = 4;          // reads in flight per service (--inflight of the readers)
   std::string dump_cache_trace;  // directory for the fetcher's expert_hist.json + expert_trace.bin
@@ -29,16 +29,26 @@ struct LaunchOptions {
   std::string expert_server;   // k3-expert-server endpoint (tcp://HOST:PORT): experts read there
   double expert_server_timeout = 60;  // seconds without an answer before a remote read fails
   std::string out, dump_logits;
+  std::vector<int32_t> stop_ids;  // generation ends after emitting one of these (Generate.stop_ids)
+  bool quiet = false;             // only errors and the final summary on stderr
   bool dry_run = false;
   bool probe_membw = false;       // benchmarks: compute times a read of the resident weights per step
   double ready_timeout = 120;     // seconds to wait for every service's Ready
   double shutdown_timeout = 5;    // seconds between Shutdown and SIGTERM
 };
 
+// Comma-separated non-negative int32 ids ("1,5,9"); UsageError naming `flag` otherwise.
+std::vector<int32_t> ParseIdList(const std::string& text, const std::string& flag);
+// The most compute threads k3-launch accepts: 4 x the online CPUs.
+int MaxThreads();
+
 // Parses argv (CLI11) and the TOML it names. Returns nullopt after --help was printed.
 std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv);
 // TOML text -> options (exposed for tests). `base_dir` resolves relative model paths.
+// Checks each key's type; ranges are checked once, after the flags (CheckOptions).
 void ApplyToml(const std::string& toml_text, const std::string& source_name,
                const std::string& base_dir, LaunchOptions& opt);
+// Range checks of the merged options (TOML + flags); UsageError (exit 2) naming the option.
+void CheckOptions(const LaunchOptions& opt);
 
 }  // namespace k3::launch

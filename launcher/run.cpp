@@ -1,15 +1,16 @@
 #include "run.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <zmq.hpp>
 
@@ -18,39 +19,18 @@
 #include "common/ipc/shm_arena.h"
 #include "common/ipc/slot_table.h"
 #include "common/ipc/zmq_channel.h"
-#include "common/median.h"
 #include "launcher/run_resources.h"
 #include "launcher/tokenizer_client.h"
 #include "proc_stats.h"
+#include "progress.h"
+#include "report.h"
 #include "supervisor.h"
 
 namespace k3::launch {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-ArenaSizes SizeArenas(const ModelLayout& m, const plan::MemoryPlan& p) {
-  // One source of truth: the plan already sized every arena the way the services fill it
-  // (widened runs, slot tables); the launcher creates exactly that.
-  (void)m;
-  ArenaSizes a;
-  a.pinned = p.pinned_bytes;
-  a.embed_window = p.embed_window_bytes;
-  a.ring_slots = static_cast<uint32_t>(p.ring_slots);
-  a.ring_slot_bytes = p.ring_slot_bytes;
-  a.ring = p.ring_bytes;
-  a.expert_slots = static_cast<uint32_t>(p.expert_slots);
-  a.expert_slot_bytes = p.expert_slot_bytes;
-  a.experts = p.expert_arena_bytes;
-  return a;
-}
-
 namespace {
-
-std::string Join(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
-}
 
 std::string SelfDir() {
   std::error_code ec;
@@ -59,101 +39,137 @@ std::string SelfDir() {
   return exe.parent_path().string();
 }
 
-struct Sampled {
-  ProcMemory mem;
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
+
+// Exit codes a service can report (docs/exit-codes.md); anything else counts as a runtime failure.
+int KnownCode(int code) { return code >= 1 && code <= 7 ? code : kExitRuntime; }
+
+// Why the run ends badly: an exit code and the one-line reason "<service>: <reason>".
+struct Failure {
+  int code = kExitRuntime;
+  std::string service;
+  std::string msg;
 };
 
 class Runner {
  public:
   Runner(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p, const PromptInput& in)
-      : opt_(opt), m_(m), plan_(p), in_(in) {}
+      : opt_(opt), m_(m), plan_(p), in_(in), progress_(ProgressLine::ForStdio(opt.quiet)) {}
   int Run();
 
  private:
-  void Spawn();
+  void Spawn(const RunEndpoints& ep);
   bool Pump(Clock::time_point deadline);  // one poll round; false on timeout
+  void DrainSockets();
   void HandleControl(const ipc::Received<ipc::control::Message>& r);
+  void HandleCompute(const ipc::Received<ipc::compute::Message>& r);
   void HandleDeaths();
+  void ForwardChildStderr(bool flush, int only = -1);
   void SendGenerate(const std::vector<int32_t>& ids);
   void Stop(const std::string& reason);
   void SampleMemory();
-  void WriteReport(const std::vector<int32_t>& ids);
+  void Fail(Failure f);
+  std::optional<Failure> FinalFailure() const;
+  bool StopRequested() const { return sup_.interrupted() || stdout_closed_; }
+  void Out(const std::string& s);  // generated ids / text to stdout
+  RunRecord Record(const std::vector<int32_t>& ids, bool interrupted, const std::string& reason) const;
   std::vector<int32_t> EncodePrompt();  // through the tokenizer service
   void PrintText();                     // generated text decoded so far (text prompts)
   void FlushText();                     // waits for the end of the decode stream
   bool HintsSent() const { return HintsOffReason(opt_, m_, plan_) == nullptr; }
+  void OnStats(const std::string& service);
 
   const LaunchOptions& opt_;
   const ModelLayout& m_;
   const plan::MemoryPlan& plan_;
   const PromptInput& in_;
+  ProgressLine progress_;
   Supervisor sup_;
   std::optional<RunResources> res_;  // arenas + endpoint names (run_resources.h)
   zmq::context_t ctx_{1};
   std::optional<zmq::socket_t> control_, compute_;
   std::optional<TokenizerClient> tok_;  // when a tokenizer is configured
   ipc::RejectCounter rejects_;
+  bool hello_mismatch_logged_ = false;
   std::map<std::string, std::map<std::string, double>> stats_;  // service -> latest Stats
   std::map<std::string, ProcMemory> peak_;
+  std::map<std::string, std::string> stderr_partial_;  // per service: its unfinished stderr line
   std::vector<int32_t> generated_;
   std::vector<Clock::time_point> token_arrivals_;  // when each generated token reached the launcher
   std::optional<ipc::compute::RunStats> done_;
-  int fatal_code_ = 0;
-  std::string fatal_msg_;
+  std::optional<Failure> first_dead_;  // the first Dead received: the root cause, preferred
+  std::optional<Failure> failure_;     // what ended the run (a death, a Dead, a timeout)
+  bool stopping_ = false;              // Shutdown sent: exits now are expected
+  bool stdout_closed_ = false;         // stdout's reader went away (| head): a requested stop
+  Clock::time_point t0_ = Clock::now(), t_generate_ = Clock::now();
+  bool pin_reported_ = false, prefill_reported_ = false;
   double run_seconds_ = 0;
 };
 
-void Runner::Spawn() {
-  const std::string run = res_->ipc_name();  // abstract namespace: "ipc://@k3-<pid>-<random>/..."
-  const std::string bin = SelfDir();
-  const std::string pinned = res_->pinned.Spec(), ring = res_->ring.Spec(), experts = res_->experts.Spec();
-  const std::string embed = res_->embed_window ? res_->embed_window->Spec() : "";
-  const std::string control = "ipc://" + run + "/control";
-  const std::string inflight = std::to_string(opt_.inflight);
-  // What the plan streams, told to both ends: lm_head chunks through the ring, embedding
-  // rows through the embed-window arena (docs/pipeline.md "Streamed embedding and lm_head").
-  std::vector<std::string> head_flags;
-  if (!plan_.lm_head_resident) head_flags.push_back("--stream-lm-head");
-  if (!plan_.embed_resident) head_flags.insert(head_flags.end(), {"--embed-arena", embed});
-  std::vector<std::string> t = {bin + "/k3-trunk-reader", "--model", opt_.model, "--control", control, "--bind",
-                                "ipc://" + run + "/trunk", "--pinned-arena", pinned, "--ring-arena", ring,
-                                "--pin", Join(plan_.pinned_layers), "--io", opt_.io, "--inflight", inflight};
-  t.insert(t.end(), head_flags.begin(), head_flags.end());
-  sup_.Add({"trunk-reader", t, true});
-  std::vector<std::string> x = {bin + "/k3-expert-fetcher", "--model", opt_.model, "--control", control, "--bind",
-                                "ipc://" + run + "/experts", "--arena", experts, "--io", opt_.io,
-                                "--inflight", inflight};
-  if (!opt_.dump_cache_trace.empty()) x.insert(x.end(), {"--dump-cache-trace", opt_.dump_cache_trace});
-  if (!opt_.expert_server.empty()) {
-    char timeout[32];
-    std::snprintf(timeout, sizeof timeout, "%g", opt_.expert_server_timeout);
-    x.insert(x.end(), {"--remote", opt_.expert_server, "--remote-timeout", timeout});
+void Runner::Spawn(const RunEndpoints& ep) {
+  for (ServiceCommand& c : ServiceCommandLines(opt_, m_, plan_, ep, in_.tokenizer_dir)) {
+    Service s{c.name, std::move(c.argv), c.restartable};
+    // Every service's stderr comes through the launcher, a whole line at a time, so their
+    // lines never split one another, the live progress line, or the launcher's last line.
+    s.capture_stderr = true;
+    sup_.Add(std::move(s));
   }
-  // Every expert has a slot: the fetcher reads them all ahead (nothing is ever evicted).
-  if (AllExpertsResident(m_, plan_)) x.push_back("--warm");
-  sup_.Add({"expert-fetcher", x, true});
-  std::vector<std::string> c = {bin + "/k3-compute", "--pipeline", "--model", opt_.model,
-                                "--control", control, "--endpoint", "ipc://" + run + "/compute",
-                                "--trunk", "ipc://" + run + "/trunk", "--experts",
-                                "ipc://" + run + "/experts", "--pinned-arena", pinned,
-                                "--ring-arena", ring, "--experts-arena", experts};
-  if (opt_.threads > 0) c.insert(c.end(), {"--threads", std::to_string(opt_.threads)});
-  c.insert(c.end(), {"--expert-inputs", opt_.expert_inputs});
-  if (opt_.probe_membw) c.push_back("--probe-membw");
-  if (HintsSent()) c.push_back("--prefetch-hints");
-  if (!opt_.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt_.dump_logits});
-  c.insert(c.end(), head_flags.begin(), head_flags.end());
-  sup_.Add({"compute", c, false});
-  if (!in_.tokenizer_dir.empty())
-    sup_.Add({"tokenizer",
-              {bin + "/k3-tokenizer", "serve", "--vocab", in_.tokenizer_dir, "--control", control, "--bind",
-               "ipc://" + run + "/tokenizer"},
-              true});
   for (const Service& s : sup_.services())
     if (::access(s.argv[0].c_str(), X_OK) != 0)
       throw RuntimeFailure("cannot start " + s.name + ": " + s.argv[0] + " is missing");
   for (Service& s : sup_.services()) s.inherit_fds = res_->FdsNamedIn(s.argv);
+  for (Service& s : sup_.services()) s.inherit_fds = res_->FdsNamedIn(s.argv);
   for (size_t i = 0; i < sup_.services().size(); ++i) sup_.Start(i);
+}
+
+void Runner::Fail(Failure f) {
+  if (!failure_) failure_ = std::move(f);
+}
+
+// The first service that told us why it died is the root cause; later deaths (compute losing
+// its fetcher, say) are consequences. Without any Dead, what ended the run.
+std::optional<Failure> Runner::FinalFailure() const {
+  if (!failure_) return std::nullopt;
+  if (first_dead_) return first_dead_;
+  return failure_;
+}
+
+void Runner::OnStats(const std::string& service) {
+  const auto& st = stats_[service];
+  auto get = [&](const char* k) {
+    auto it = st.find(k);
+    return it == st.end() ? -1.0 : it->second;
+  };
+  const double secs = std::chrono::duration<double>(Clock::now() - t0_).count();
+  if (service == "trunk-reader" && get("pin_bytes_total") > 0 && !pin_reported_) {
+    const double done = get("pin_bytes_done"), total = get("pin_bytes_total");
+    // The reader's own clock when it sends one (reads only, not its start-up).
+    const std::string text = ProgressText("pinning trunk", done, total, get("pin_seconds") > 0 ? get("pin_seconds") : secs, true);
+    if (done >= total) {
+      pin_reported_ = true;
+      progress_.Info(text);
+    } else {
+      progress_.Show(text);
+    }
+  }
+  if (service == "compute" && get("prefill_tokens_total") > 0 && !prefill_reported_) {
+    const double done = get("prefill_tokens_done"), total = get("prefill_tokens_total");
+    const double s = std::chrono::duration<double>(Clock::now() - t_generate_).count();
+    const std::string text = ProgressText("prefill", done, total, s, false);
+    if (done >= total) {
+      prefill_reported_ = true;
+      progress_.Info(text);
+    } else {
+      progress_.Show(text);
+    }
+  }
 }
 
 void Runner::HandleControl(const ipc::Received<ipc::control::Message>& r) {
@@ -161,49 +177,138 @@ void Runner::HandleControl(const ipc::Received<ipc::control::Message>& r) {
   std::visit(
       [&](const auto& msg) {
         using T = std::decay_t<decltype(msg)>;
-        if constexpr (std::is_same_v<T, Ready>) {
+        if constexpr (std::is_same_v<T, Hello>) {
+          // A Hello must come from the child started under that name (an old instance of a
+          // restarted service, or anything else on the socket, is rejected and counted).
+          const std::string why = HelloMismatch(sup_.services(), r.identity, msg.service, msg.pid);
+          if (!why.empty()) {
+            ++rejects_.rejected;
+            rejects_.last_reason = why;
+            if (!hello_mismatch_logged_) progress_.Info("[launch] rejected: " + rejects_.last_reason);
+            hello_mismatch_logged_ = true;
+          }
+        } else if constexpr (std::is_same_v<T, Ready>) {
           for (Service& s : sup_.services())
             if (s.name == msg.service) {
               s.ready = true;
               // A restarted tokenizer lost what was in flight (and its stream state).
               if (s.name == "tokenizer" && s.restarts > 0 && tok_) tok_->Resend();
             }
-          std::fprintf(stderr, "[launch] %s ready\n", msg.service.c_str());
+          // Back after a restart: its earlier death was not what ends this run.
+          if (first_dead_ && first_dead_->service == msg.service && !failure_) first_dead_.reset();
+          if (msg.service == "trunk-reader") progress_.Clear();
+          progress_.Info("[launch] " + msg.service + " ready");
           for (const Stat& st : msg.stats) stats_[msg.service]["ready_" + st.name] = st.value;
         } else if constexpr (std::is_same_v<T, Stats>) {
           for (const Stat& st : msg.stats) stats_[msg.service][st.name] = st.value;
+          OnStats(msg.service);
         } else if constexpr (std::is_same_v<T, Dead>) {
-          std::fprintf(stderr, "[launch] %s is dying (exit %d): %s\n", msg.service.c_str(), msg.exit_code,
-                       msg.reason.c_str());
-          for (Service& s : sup_.services())
-            if (s.name == msg.service && !s.ready && msg.exit_code > 1 && fatal_code_ == 0) {
-              fatal_code_ = msg.exit_code;  // failed at start-up: restarting will not help
-              fatal_msg_ = msg.service + ": " + msg.reason;
-            }
+          progress_.Info("[launch] " + msg.service + " is dying (exit " + std::to_string(msg.exit_code) +
+                         "): " + msg.reason);
+          // Exit 5 while we stop it is the stop we asked for.
+          if (msg.exit_code == 0 || (stopping_ && msg.exit_code == kExitInterrupted)) return;
+          if (stopping_ && msg.service == "compute" && StopRequested()) return;
+          Failure f{KnownCode(msg.exit_code), msg.service, msg.service + ": " + msg.reason};
+          if (!first_dead_) first_dead_ = f;
+          const auto& svcs = sup_.services();
+          const auto it = std::find_if(svcs.begin(), svcs.end(), [&](const Service& s) { return s.name == msg.service; });
+          // Restarting helps only a service that had come up and then failed at run time (exit 1)
+          // or was stopped by someone else's signal (5); at start-up, for compute, while
+          // stopping or with any other code (bad model, output, input) it ends the run.
+          const bool restart_helps = it != svcs.end() && it->restartable && it->ready &&
+                                     (f.code == kExitRuntime || f.code == kExitInterrupted);
+          if (stopping_ || !restart_helps) Fail(f);
         }
       },
       r.message);
 }
 
+void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
+  if (const auto* t = std::get_if<ipc::compute::Token>(&r.message)) {
+    if (t->index != static_cast<int32_t>(generated_.size())) return;
+    generated_.push_back(t->id);
+    token_arrivals_.push_back(Clock::now());
+    if (tok_) tok_->PushIds({t->id});
+    if (!(tok_ && in_.has_text)) Out(std::to_string(t->id) + "\n");  // ids in, ids out
+    if (token_arrivals_.size() >= 2) {
+      const double s = std::chrono::duration<double>(token_arrivals_.back() - token_arrivals_.front()).count();
+      progress_.Show(ProgressText("decoding", static_cast<double>(generated_.size() - 1),
+                                  static_cast<double>(std::max<int64_t>(opt_.gen - 1, 1)), s, false));
+    }
+  } else if (const auto* d = std::get_if<ipc::compute::Done>(&r.message)) {
+    done_ = d->stats;
+  }
+}
+
 void Runner::HandleDeaths() {
   for (const Death& d : sup_.Reap()) {
+    ForwardChildStderr(true, static_cast<int>(d.index));  // all it wrote before exiting
     Service& s = sup_.services()[d.index];
-    const std::string what = d.Describe(s.name);
-    if (fatal_code_ != 0) continue;
+    const int status = d.status;
+    std::string what = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                           : "exited with status " + std::to_string(WEXITSTATUS(status));
+    if (stopping_) {
+      // Ending on the Shutdown (0), on a stop signal (5, or killed by our SIGTERM) is expected;
+      // so is however compute ends when we cut its generation short.
+      const bool expected = WIFSIGNALED(status)
+                                ? (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL)
+                                : (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == kExitInterrupted);
+      const bool ok = (s.name == "compute" && StopRequested()) || expected;
+      if (!ok) Fail({WIFEXITED(status) ? KnownCode(WEXITSTATUS(status)) : kExitRuntime, s.name,
+                     s.name + ": " + what + " while stopping"});
+      continue;
+    }
+    if (failure_) continue;
     if (s.name == "compute" || !s.restartable) {
-      fatal_code_ = kExitRuntime;
-      fatal_msg_ = what;
-      std::fprintf(stderr, "[launch] %s\n", what.c_str());
+      progress_.Info("[launch] " + s.name + " " + what);
+      Fail({kExitRuntime, s.name, s.name + ": " + what});
       continue;
     }
     if (s.restarts >= 5) {
-      fatal_code_ = kExitRuntime;
-      fatal_msg_ = what + " (restarted 5 times already)";
+      Fail({kExitRuntime, s.name, s.name + ": " + what + " (restarted 5 times already)"});
       continue;
     }
     ++s.restarts;
-    std::fprintf(stderr, "[launch] %s; restarting it\n", what.c_str());
+    progress_.Info("[launch] " + s.name + " " + what + "; restarting it");
     sup_.Start(d.index);
+  }
+}
+
+// The services' stderr, line by line (a partial line waits for its end, or for the service's
+// exit: `flush`). Quiet mode passes on only their error lines ("k3-...: ", anything that is not
+// a "[service] ..." progress or stats line).
+void Runner::ForwardChildStderr(bool flush, int only) {
+  for (size_t i = 0; i < sup_.services().size(); ++i) {
+    Service& s = sup_.services()[i];
+    if (s.stderr_fd < 0 || (only >= 0 && static_cast<size_t>(only) != i)) continue;
+    std::string& buf = stderr_partial_[s.name];
+    char chunk[4096];
+    for (;;) {
+      const ssize_t n = ::read(s.stderr_fd, chunk, sizeof chunk);
+      if (n > 0) buf.append(chunk, static_cast<size_t>(n));
+      else if (n < 0 && errno == EINTR) continue;
+      else break;
+    }
+    size_t nl;
+    while ((nl = buf.find('\n')) != std::string::npos) {
+      const std::string line = buf.substr(0, nl);
+      buf.erase(0, nl + 1);
+      if (!opt_.quiet || (!line.empty() && line[0] != '[')) progress_.Always(line);
+    }
+    if ((flush || buf.size() > 65536) && !buf.empty()) {
+      if (!opt_.quiet || buf[0] != '[') progress_.Always(buf);
+      buf.clear();
+    }
+  }
+}
+
+void Runner::DrainSockets() {
+  const auto now = Clock::now();
+  while (auto r = ipc::ReceiveVerified(*control_, true, ipc::DecodeControl, now, rejects_)) HandleControl(*r);
+  while (auto r = ipc::ReceiveVerified(*compute_, true, ipc::DecodeCompute, now, rejects_)) HandleCompute(*r);
+  if (tok_) {
+    tok_->Drain(rejects_);
+    PrintText();
   }
 }
 
@@ -220,29 +325,28 @@ bool Runner::Pump(Clock::time_point deadline) {
     if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
   }
   if (items[2].revents & ZMQ_POLLIN) sup_.DrainWake();
+  // Messages first: a Dead sent just before exiting is the reason for the exit seen next.
+  DrainSockets();
   HandleDeaths();
-  const auto now = Clock::now();
-  while (auto r = ipc::ReceiveVerified(*control_, true, ipc::DecodeControl, now, rejects_)) HandleControl(*r);
-  while (auto r = ipc::ReceiveVerified(*compute_, true, ipc::DecodeCompute, now, rejects_)) {
-    if (const auto* t = std::get_if<ipc::compute::Token>(&r->message)) {
-      if (t->index == static_cast<int32_t>(generated_.size())) {
-        generated_.push_back(t->id);
-        token_arrivals_.push_back(Clock::now());
-        if (tok_) tok_->PushIds({t->id});
-        if (!(tok_ && in_.has_text)) {  // ids in, ids out; text prompts get text (PrintText)
-          std::printf("%d\n", t->id);
-          std::fflush(stdout);
-        }
-      }
-    } else if (const auto* d = std::get_if<ipc::compute::Done>(&r->message)) {
-      done_ = d->stats;
+  ForwardChildStderr(false);
+  return Clock::now() < deadline;
+}
+
+void Runner::Out(const std::string& s) {
+  if (stdout_closed_ || s.empty()) return;
+  progress_.BeforeStdout();
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int err = errno;
+    std::clearerr(stdout);
+    if (err == EPIPE) {
+      stdout_closed_ = true;  // the reader is gone (| head): stop like Ctrl-C, quietly
+    } else {
+      stdout_closed_ = true;
+      Fail({kExitOutput, "stdout", std::string("stdout: ") + std::strerror(err)});
     }
   }
-  if (tok_) {
-    tok_->Drain(rejects_);
-    PrintText();
-  }
-  return Clock::now() < deadline;
+  progress_.AfterStdout(s.back() == '\n');
 }
 
 void Runner::SendGenerate(const std::vector<int32_t>& ids) {
@@ -252,6 +356,8 @@ void Runner::SendGenerate(const std::vector<int32_t>& ids) {
   g.gen = static_cast<int32_t>(opt_.gen);
   g.full_recompute = opt_.full_recompute;
   g.prefill_chunk = static_cast<int32_t>(opt_.prefill_chunk);
+  g.stop_ids = opt_.stop_ids;
+  t_generate_ = Clock::now();
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   for (;;) {  // the compute DEALER may not be known to the ROUTER yet (ROUTER_MANDATORY)
     try {
@@ -260,7 +366,7 @@ void Runner::SendGenerate(const std::vector<int32_t>& ids) {
     } catch (const Error&) {
       if (Clock::now() > deadline) throw RuntimeFailure("compute never connected to the compute endpoint");
       Pump(Clock::now() + std::chrono::milliseconds(20));
-      if (fatal_code_) return;
+      if (failure_ || StopRequested()) return;
     }
   }
 }
@@ -277,71 +383,122 @@ void Runner::SampleMemory() {
   peak_["launcher"] = self;
 }
 
+// Shutdown to every service, then wait for them to exit while still taking their messages
+// (final Stats, compute's Done, a Dead about an output that could not be written) and exit
+// statuses. A requested stop (signal, closed stdout) stops compute first (it reaches a safe
+// point within 1 s; 1.2 s at most), then the others (0.3 s), then SIGTERM.
 void Runner::Stop(const std::string& reason) {
   SampleMemory();
-  for (const Service& s : sup_.services()) {
-    if (s.pid <= 0) continue;
-    try {
-      ipc::SendMessage(*control_, ipc::Encode(ipc::control::Shutdown{reason}), {}, s.name);
-    } catch (const Error&) {
-      // not connected (yet): SIGTERM below takes care of it
+  stopping_ = true;
+  auto shutdown = [&](bool compute) {
+    for (const Service& s : sup_.services()) {
+      if (s.pid <= 0 || (s.name == "compute") != compute) continue;
+      try {
+        ipc::SendMessage(*control_, ipc::Encode(ipc::control::Shutdown{reason}), {}, s.name);
+      } catch (const Error&) {
+        // not connected (yet): SIGTERM below takes care of it
+      }
     }
+  };
+  auto running = [&](bool compute_only) {
+    for (const Service& s : sup_.services())
+      if (s.pid > 0 && (!compute_only || s.name == "compute")) return true;
+    return false;
+  };
+  auto wait = [&](Clock::time_point deadline, bool compute_only) {
+    while (running(compute_only) && Clock::now() < deadline)
+      Pump(std::min(deadline, Clock::now() + std::chrono::milliseconds(20)));
+  };
+  const bool requested = StopRequested();
+  if (requested) {
+    // Compute first: cut short mid-generation it may still need the weight services to reach
+    // its safe point (within 1 s); its final Stats and Done arrive while we wait.
+    shutdown(true);
+    wait(Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(std::min(opt_.shutdown_timeout, 1.2) * 1000)),
+         true);
+    // Still running: it did not see the Shutdown in time; SIGTERM now (our child), in
+    // parallel with the others' stop.
+    for (const Service& s : sup_.services())
+      if (s.pid > 0 && s.name == "compute") ::kill(s.pid, SIGTERM);
+    shutdown(false);
+    wait(Clock::now() + std::chrono::milliseconds(300), false);
+  } else {
+    shutdown(true);
+    shutdown(false);
+    wait(Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.shutdown_timeout * 1000)), false);
   }
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.shutdown_timeout * 1000));
-  while (sup_.AnyRunning() && Clock::now() < deadline) {
-    zmq::pollitem_t items[] = {{control_->handle(), 0, ZMQ_POLLIN, 0}, {nullptr, sup_.wake_fd(), ZMQ_POLLIN, 0}};
-    try {
-      zmq::poll(items, 2, std::chrono::milliseconds(20));
-    } catch (const zmq::error_t&) {
-    }
-    sup_.DrainWake();
-    sup_.Reap();
-    while (auto r = ipc::ReceiveVerified(*control_, true, ipc::DecodeControl, Clock::now(), rejects_))
-      HandleControl(*r);
-  }
-  sup_.KillAll(std::chrono::milliseconds(2000));
+  sup_.KillAll(std::chrono::milliseconds(requested ? 300 : 2000));
+  // What the services sent right before exiting may still be on its way.
+  Pump(Clock::now() + std::chrono::milliseconds(30));
+  DrainSockets();
+  ForwardChildStderr(true);
+  progress_.Clear();
+  progress_.FinishText();  // nothing more goes to stdout
 }
 
 void Runner::PrintText() {
   if (!in_.has_text) return;
-  const std::string t = tok_->TakeNewText();
-  if (t.empty()) return;
-  std::fwrite(t.data(), 1, t.size(), stdout);
-  std::fflush(stdout);
+  Out(tok_->TakeNewText());
 }
 
 std::vector<int32_t> Runner::EncodePrompt() {
   tok_->StartEncode(in_.text);
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.ready_timeout * 1000));
-  while (!tok_->encoded() && tok_->failure().empty() && !fatal_code_ && !sup_.interrupted())
+  while (!tok_->encoded() && tok_->failure().empty() && !failure_ && !StopRequested())
     if (!Pump(deadline)) throw RuntimeFailure("the tokenizer did not encode the prompt in time");
   if (!tok_->failure().empty()) throw BadInput("tokenizer: " + tok_->failure());
-  if (!tok_->encoded()) return {};  // fatal or interrupted: the caller stops
+  if (!tok_->encoded()) return {};  // failed or interrupted: the caller stops
   const std::vector<int32_t> ids = *tok_->encoded();
   if (ids.empty()) throw BadInput("the prompt encodes to no tokens");
   for (int32_t id : ids)
     if (id < 0 || id >= m_.cfg.vocab_size)
       throw BadInput("tokenizer id " + std::to_string(id) + " is outside the model's vocabulary [0," +
                      std::to_string(m_.cfg.vocab_size) + ")");
-  std::fprintf(stderr, "[launch] prompt: %zu tokens\n", ids.size());
+  progress_.Info("[launch] prompt: " + std::to_string(ids.size()) + " tokens");
   return ids;
 }
 
 void Runner::FlushText() {
   tok_->FinishStream();
   const auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (!tok_->stream_done() && tok_->failure().empty() && !fatal_code_ && !sup_.interrupted())
+  while (!tok_->stream_done() && tok_->failure().empty() && !failure_ && !StopRequested())
     if (!Pump(deadline)) break;
   if (!tok_->failure().empty())
-    std::fprintf(stderr, "[launch] warning: generated ids not decoded: %s\n", tok_->failure().c_str());
+    progress_.Always("[launch] warning: generated ids not decoded: " + tok_->failure());
   else if (!tok_->stream_done())
-    std::fprintf(stderr, "[launch] warning: the tokenizer did not finish decoding in time\n");
+    progress_.Always("[launch] warning: the tokenizer did not finish decoding in time");
+}
+
+RunRecord Runner::Record(const std::vector<int32_t>& ids, bool interrupted, const std::string& reason) const {
+  RunRecord r;
+  r.prompt_ids = ids;
+  r.generated_ids = generated_;
+  for (size_t i = 1; i < token_arrivals_.size(); ++i)
+    r.token_seconds.push_back(std::chrono::duration<double>(token_arrivals_[i] - token_arrivals_[i - 1]).count());
+  r.done = done_;
+  r.run_seconds = run_seconds_;
+  r.service_stats = stats_;
+  r.peak = peak_;
+  for (const Service& s : sup_.services()) r.restarts[s.name] = s.restarts;
+  r.rejected_messages = rejects_.rejected;
+  if (tok_ && tok_->stream_done()) r.generated_text = tok_->text();
+  if (tok_) r.tokenizer_error = tok_->failure();
+  r.expert_inputs = opt_.expert_inputs;
+  r.prefetch_hints = HintsSent();
+  r.interrupted = interrupted;
+  r.stop_reason = reason;
+  return r;
 }
 
 int Runner::Run() {
   std::vector<int32_t> ids = in_.ids;
   ipc::CleanupDeadLaunchers();  // /dev/shm names left by k3 versions before memfd arenas
   res_.emplace(SizeArenas(m_, plan_));  // nothing of it outlives the run (run_resources.h)
+  RunEndpoints ep = EndpointsIn(res_->ipc_name(), SelfDir());
+  ep.pinned_arena = res_->pinned.Spec();
+  ep.ring_arena = res_->ring.Spec();
+  ep.experts_arena = res_->experts.Spec();
+  if (res_->embed_window) ep.embed_arena = res_->embed_window->Spec();
 
   control_.emplace(ctx_, zmq::socket_type::router);
   compute_.emplace(ctx_, zmq::socket_type::router);
@@ -350,30 +507,30 @@ int Runner::Run() {
     s->set(zmq::sockopt::router_handover, 1);  // a restarted service takes over its identity
     s->set(zmq::sockopt::linger, 0);
   }
-  ipc::BindPrivate(*control_, res_->Endpoint("control"));
-  ipc::BindPrivate(*compute_, res_->Endpoint("compute"));
-  if (!in_.tokenizer_dir.empty()) tok_.emplace(ctx_, res_->Endpoint("tokenizer"));
+  ipc::BindPrivate(*control_, ep.control);
+  ipc::BindPrivate(*compute_, ep.compute);
+  if (!in_.tokenizer_dir.empty()) tok_.emplace(ctx_, ep.tokenizer);
 
-  const auto t0 = Clock::now();
-  int code = kExitOk;
-  std::string stop_reason = "run finished";
+  t0_ = Clock::now();
   try {
-    Spawn();
-    const auto ready_deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(opt_.ready_timeout * 1000));
+    Spawn(ep);
+    const auto ready_deadline = t0_ + std::chrono::milliseconds(static_cast<int64_t>(opt_.ready_timeout * 1000));
     auto all_ready = [&] {
       return std::all_of(sup_.services().begin(), sup_.services().end(), [](const Service& s) { return s.ready; });
     };
-    while (!all_ready() && !fatal_code_ && !sup_.interrupted())
+    while (!all_ready() && !failure_ && !StopRequested())
       if (!Pump(ready_deadline)) throw RuntimeFailure("services not ready after " + std::to_string(opt_.ready_timeout) + " s");
-    if (!fatal_code_ && !sup_.interrupted()) {
-      std::fprintf(stderr, "[launch] all services ready in %.2f s; generating\n",
-                   std::chrono::duration<double>(Clock::now() - t0).count());
+    if (!failure_ && !StopRequested()) {
+      char line[96];
+      std::snprintf(line, sizeof line, "[launch] all services ready in %.2f s; generating",
+                    std::chrono::duration<double>(Clock::now() - t0_).count());
+      progress_.Info(line);
       if (in_.has_text) ids = EncodePrompt();
-      if (!ids.empty()) SendGenerate(ids);
+      if (!ids.empty() && !failure_ && !StopRequested()) SendGenerate(ids);
     }
     const auto t1 = Clock::now();
     auto last_sample = Clock::now();
-    while (!done_ && !fatal_code_ && !sup_.interrupted()) {
+    while (!done_ && !failure_ && !StopRequested()) {
       Pump(Clock::now() + std::chrono::milliseconds(200));
       if (Clock::now() - last_sample > std::chrono::milliseconds(250)) {
         SampleMemory();
@@ -386,137 +543,56 @@ int Runner::Run() {
       Pump(Clock::now() + std::chrono::milliseconds(50));
       if (tok_) FlushText();
     }
-    if (sup_.interrupted()) {
-      code = kExitInterrupted;
-      stop_reason = "interrupted";
-    } else if (fatal_code_) {
-      code = fatal_code_;
-      stop_reason = fatal_msg_;
-    }
   } catch (const Error& e) {
     Stop(e.what());
     throw;
   }
+  const bool requested = StopRequested() && !done_;
+  const std::string stop_reason = !requested       ? (failure_ ? failure_->msg : "run finished")
+                                  : stdout_closed_ ? "stdout closed"
+                                                   : std::string("interrupted by ") + SignalName(sup_.stop_signal());
   Stop(stop_reason);
-  if (code == kExitInterrupted) {
-    std::fprintf(stderr, "k3-launch: interrupted; services stopped\n");
-    return code;
+  if (requested && run_seconds_ == 0) run_seconds_ = std::chrono::duration<double>(Clock::now() - t_generate_).count();
+
+  const std::optional<Failure> fail = FinalFailure();
+  if (done_ || requested) {
+    const nlohmann::json report = BuildReport(Record(ids, requested, stop_reason), plan_, SizeArenas(m_, plan_));
+    // A closed stdout ends quietly: nobody is reading, and the report has the numbers.
+    if (!stdout_closed_ || fail)
+      for (const std::string& line : SummaryLines(report, plan_.budget)) progress_.Always(line);
+    if (!opt_.out.empty()) {
+      if (fail) {
+        try {
+          WriteReportFile(opt_.out, report);
+        } catch (const Error&) {
+          // the service's failure is what gets reported
+        }
+      } else {
+        WriteReportFile(opt_.out, report);
+      }
+    }
   }
-  if (code != kExitOk) throw Error(static_cast<ExitCode>(code), fatal_msg_);
-  WriteReport(ids);
+  if (fail) throw Error(static_cast<ExitCode>(fail->code), fail->msg);
+  if (requested) {
+    if (!stdout_closed_)
+      progress_.Always(std::string("k3-launch: interrupted by ") + SignalName(sup_.stop_signal()) +
+                       "; services stopped");
+    return kExitInterrupted;
+  }
   return kExitOk;
-}
-
-void Runner::WriteReport(const std::vector<int32_t>& ids) {
-  const double gen_n = static_cast<double>(std::max<size_t>(generated_.size(), 1));
-  auto stat = [&](const std::string& svc, const std::string& name) -> double {
-    auto it = stats_.find(svc);
-    if (it == stats_.end()) return -1;
-    auto jt = it->second.find(name);
-    return jt == it->second.end() ? -1 : jt->second;
-  };
-  const double trunk_bytes = stat("trunk-reader", "bytes_read");
-  const double expert_bytes = stat("expert-fetcher", "bytes_read");
-  // Hits and misses are the fetcher's (compute cannot tell them apart).
-  const double hits = std::max(0.0, stat("expert-fetcher", "hits"));
-  const double misses = std::max(0.0, stat("expert-fetcher", "misses"));
-  // Waits while this request ran (the run_ counters; start-up waits before Generate excluded).
-  const double waits = std::max(0.0, stat("compute", "run_trunk_wait_seconds")) + std::max(0.0, stat("compute", "run_expert_wait_seconds"));
-  nlohmann::json r;
-  r["prompt_ids"] = ids;
-  r["generated_ids"] = generated_;
-  if (tok_ && tok_->stream_done()) r["generated_text"] = tok_->text();
-  if (tok_ && !tok_->failure().empty()) r["tokenizer_error"] = tok_->failure();
-  r["expert_inputs"] = opt_.expert_inputs;
-  r["budget_bytes"] = plan_.budget;
-  r["plan_total_bytes"] = plan_.total;
-  r["seconds_per_token"] = done_ ? done_->seconds_per_token : 0.0;
-  r["prefill_seconds"] = done_ ? done_->prefill_seconds : 0.0;
-  // Per decode step, from token arrival times here: shows the spread the mean hides.
-  std::vector<double> step_s;
-  for (size_t i = 1; i < token_arrivals_.size(); ++i)
-    step_s.push_back(std::chrono::duration<double>(token_arrivals_[i] - token_arrivals_[i - 1]).count());
-  r["token_seconds"] = step_s;
-  if (!step_s.empty()) r["median_token_seconds"] = Median(step_s);
-  r["run_seconds"] = run_seconds_;
-  r["trunk_bytes_read"] = trunk_bytes;
-  r["expert_bytes_read"] = expert_bytes;
-  r["trunk_bytes_per_token"] = trunk_bytes >= 0 ? trunk_bytes / gen_n : -1.0;
-  r["expert_bytes_per_token"] = expert_bytes >= 0 ? expert_bytes / gen_n : -1.0;
-  r["expert_hit_rate"] = hits + misses > 0 ? hits / (hits + misses) : -1.0;
-  r["compute_wait_seconds"] = waits;
-  r["io_share"] = run_seconds_ > 0 ? waits / run_seconds_ : 0.0;
-  // Decode steps only (the prompt pass also waits for start-up reads): overlap per token.
-  const double steps = stat("compute", "decode_steps");
-  const double trunk_wait_tok = steps > 0 ? std::max(0.0, stat("compute", "decode_trunk_wait_seconds")) / steps : 0.0;
-  const double expert_wait_tok = steps > 0 ? std::max(0.0, stat("compute", "decode_expert_wait_seconds")) / steps : 0.0;
-  r["trunk_wait_seconds_per_token"] = trunk_wait_tok;
-  r["expert_wait_seconds_per_token"] = expert_wait_tok;
-  r["compute_wait_seconds_per_token"] = trunk_wait_tok + expert_wait_tok;
-  // Next-layer guesses: how many of the routed experts they named, and the fetcher's reads.
-  r["prefetch_hints"] = HintsSent();
-  r["hint_recall"] = stat("compute", "hint_recall");
-  r["prefetch_reads"] = stat("expert-fetcher", "prefetch_reads");
-  r["prefetch_used"] = stat("expert-fetcher", "prefetch_used");
-  int64_t total = 0;
-  nlohmann::json mem = nlohmann::json::object();
-  for (const auto& [name, pm] : peak_) {
-    mem[name] = {{"vm_hwm_bytes", pm.vm_hwm}, {"rss_shmem_bytes", pm.rss_shmem}};
-    if (pm.vm_hwm > 0) total += pm.vm_hwm - std::max<int64_t>(pm.rss_shmem, 0);
-  }
-  const ArenaSizes sz = SizeArenas(m_, plan_);
-  total += sz.pinned + sz.ring + sz.embed_window + sz.experts;  // shm counted once, at its full size
-  r["peak_memory"] = mem;
-  r["peak_memory_total_bytes"] = total;
-  r["service_stats"] = stats_;
-  r["restarts"] = nlohmann::json::object();
-  for (const Service& s : sup_.services()) r["restarts"][s.name] = s.restarts;
-  r["rejected_messages"] = rejects_.rejected;
-
-  std::fprintf(stderr, "[launch] %zu tokens, %.4f s/token, prefill %.3f s\n", generated_.size(),
-               r["seconds_per_token"].get<double>(), r["prefill_seconds"].get<double>());
-  std::fprintf(stderr, "[launch] trunk %.0f B/token, experts %.0f B/token, expert hit rate %.3f, compute waited %.3f s (%.0f%% of the run)\n",
-               r["trunk_bytes_per_token"].get<double>(), r["expert_bytes_per_token"].get<double>(),
-               r["expert_hit_rate"].get<double>(), waits, 100 * r["io_share"].get<double>());
-  std::fprintf(stderr, "[launch] compute waited on I/O %.4f s/token while decoding (trunk %.4f, experts %.4f) of %.4f s/token\n",
-               trunk_wait_tok + expert_wait_tok, trunk_wait_tok, expert_wait_tok, r["seconds_per_token"].get<double>());
-  if (HintsSent())
-    std::fprintf(stderr, "[launch] next-layer expert hints: recall %.3f, %.0f experts read ahead, %.0f of them then requested\n",
-                 r["hint_recall"].get<double>(), r["prefetch_reads"].get<double>(), r["prefetch_used"].get<double>());
-  if (stat("compute", "membw_probe_passes") > 0)
-    std::fprintf(stderr, "[launch] read-bandwidth probe over the resident weights: median %.1f GB/s; median decode step %.4f s (compute's clock, probes excluded)\n",
-                 stat("compute", "membw_probe_median_gbs"), stat("compute", "median_step_seconds"));
-  for (const auto& [name, pm] : peak_)
-    std::fprintf(stderr, "[launch] peak %-15s %s (shm %s)\n", name.c_str(), plan::FormatBytes(pm.vm_hwm).c_str(),
-                 plan::FormatBytes(pm.rss_shmem).c_str());
-  std::fprintf(stderr, "[launch] peak total (shm once) %s of budget %s\n", plan::FormatBytes(total).c_str(),
-               plan::FormatBytes(plan_.budget).c_str());
-  if (!opt_.out.empty()) {
-    std::ofstream f(opt_.out, std::ios::trunc);
-    // generated_text may hold ill-formed UTF-8 (any ids can be generated): U+FFFD in JSON.
-    f << r.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    f.close();
-    if (!f) throw Error(kExitOutput, "--out: cannot write " + opt_.out);
-  }
 }
 
 }  // namespace
 
-bool AllExpertsResident(const ModelLayout& m, const plan::MemoryPlan& p) {
-  return p.expert_slots >= m.cfg.routed_expert_count();
-}
-
-// Guesses pay off when experts are read during the run (not all resident), the arena has room
-// for a second layer's experts next to the current one's (the fetcher checks too), and the
-// whole trunk is pinned. With trunk layers streaming, the disk is never idle between expert
-// demands and a wrong guess takes bandwidth the trunk needs: measured 2.5% slower with 2 of 4
-// layers pinned, 10% faster with all pinned (docs/benchmarks.md, finding 21).
-const char* HintsOffReason(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p) {
-  if (!opt.prefetch_hints) return "switched off";
-  if (AllExpertsResident(m, p)) return "every expert has a slot";
-  if (p.expert_slots < 2 * m.cfg.top_k) return "fewer than 2 x top_k expert slots";
-  if (static_cast<int64_t>(p.pinned_layers.size()) < m.cfg.num_layers) return "trunk layers stream";
-  return nullptr;
+std::string HelloMismatch(const std::vector<Service>& services, const std::string& identity,
+                          const std::string& service, int64_t pid) {
+  const auto it = std::find_if(services.begin(), services.end(), [&](const Service& s) { return s.name == service; });
+  if (it == services.end()) return "Hello from unknown service '" + service + "'";
+  if (identity != service) return "Hello for '" + service + "' sent by '" + identity + "'";
+  if (it->pid <= 0 || it->pid != pid)
+    return "Hello from '" + service + "' with pid " + std::to_string(pid) + ", but the child started as " + service +
+           " is " + (it->pid > 0 ? "pid " + std::to_string(it->pid) : std::string("not running"));
+  return {};
 }
 
 int RunPipeline(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,

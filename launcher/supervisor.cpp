@@ -17,11 +17,11 @@ namespace k3::launch {
 namespace {
 
 int g_pipe[2] = {-1, -1};
-volatile sig_atomic_t g_interrupted = 0;
+volatile sig_atomic_t g_stop_signal = 0;
 
 void OnSignal(int sig) {
   const int saved = errno;
-  if (sig == SIGINT || sig == SIGTERM) g_interrupted = 1;
+  if ((sig == SIGINT || sig == SIGTERM || sig == SIGHUP) && g_stop_signal == 0) g_stop_signal = sig;
   const char b = 1;
   [[maybe_unused]] ssize_t n = ::write(g_pipe[1], &b, 1);  // full pipe: already awake
   errno = saved;
@@ -44,11 +44,15 @@ Supervisor::Supervisor() {
   sigaction(SIGCHLD, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
 }
 
 Supervisor::~Supervisor() {
   if (AnyRunning()) KillAll(std::chrono::milliseconds(0));
   signal(SIGCHLD, SIG_DFL);
+  for (Service& s : services_)
+    if (s.stderr_fd >= 0) ::close(s.stderr_fd);
   ::close(g_pipe[0]);
   ::close(g_pipe[1]);
   g_pipe[0] = g_pipe[1] = -1;
@@ -64,10 +68,14 @@ void Supervisor::Start(size_t i) {
   std::vector<char*> argv;
   for (std::string& a : s.argv) argv.push_back(a.data());
   argv.push_back(nullptr);
+  int err_pipe[2] = {-1, -1};
+  if (s.capture_stderr && ::pipe2(err_pipe, O_CLOEXEC) != 0)
+    throw RuntimeFailure("cannot start " + s.name + ": pipe: " + std::strerror(errno));
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw RuntimeFailure("cannot start " + s.name + ": fork: " + std::strerror(errno));
   if (pid == 0) {
+    if (err_pipe[1] >= 0) ::dup2(err_pipe[1], 2);  // dup2 clears CLOEXEC on fd 2
     // Own process group: a terminal Ctrl-C reaches only the launcher, which then stops the
     // services in order. PDEATHSIG: a launcher killed with -9 still takes its children along.
     ::setpgid(0, 0);
@@ -75,6 +83,8 @@ void Supervisor::Start(size_t i) {
     if (::getppid() != parent) _exit(127);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
     // Ignored (an ignored signal stays ignored across exec) until the service's InitProcess
     // installs its handler: a harmless signal must not kill it in between.
@@ -88,6 +98,12 @@ void Supervisor::Start(size_t i) {
   }
   s.pid = pid;
   s.ready = false;
+  if (err_pipe[0] >= 0) {
+    ::close(err_pipe[1]);
+    if (s.stderr_fd >= 0) ::close(s.stderr_fd);  // the previous instance's pipe
+    ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+    s.stderr_fd = err_pipe[0];
+  }
 }
 
 int Supervisor::wake_fd() const { return g_pipe[0]; }
@@ -98,7 +114,8 @@ void Supervisor::DrainWake() {
   }
 }
 
-bool Supervisor::interrupted() const { return g_interrupted != 0; }
+bool Supervisor::interrupted() const { return g_stop_signal != 0; }
+int Supervisor::stop_signal() const { return g_stop_signal; }
 
 std::vector<Death> Supervisor::Reap() {
   std::vector<Death> out;

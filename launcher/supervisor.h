@@ -1,7 +1,8 @@
 // Child processes of k3-launch: spawn with a fixed argv, notice deaths (SIGCHLD through a
 // self-pipe, so the launcher's poll loop wakes up), restart restartable services with the
 // same argv, and stop everything: SIGTERM, deadline, SIGKILL. Only our own children are
-// ever signalled. SIGINT/SIGTERM to the launcher are turned into a flag + pipe byte.
+// ever signalled. SIGINT/SIGTERM/SIGHUP to the launcher are turned into a flag + pipe byte
+// (a requested stop); SIGPIPE is ignored so a closed stdout is an error return, not a death.
 #pragma once
 #include <sys/types.h>
 
@@ -19,6 +20,8 @@ struct Service {
   int restarts = 0;
   bool ready = false;             // sent Ready since its last start
   std::vector<int> inherit_fds{};  // passed across exec (arena memfds, "fd:N" in argv)
+  bool capture_stderr = false;    // stderr goes to a pipe the launcher reads (quiet mode)
+  int stderr_fd = -1;             // read end of that pipe (non-blocking), -1 when none
 };
 
 struct Death {
@@ -29,7 +32,7 @@ struct Death {
 
 class Supervisor {
  public:
-  Supervisor();  // installs SIGCHLD/SIGINT/SIGTERM handlers (one Supervisor per process)
+  Supervisor();  // installs SIGCHLD/SIGINT/SIGTERM/SIGHUP handlers (one Supervisor per process)
   ~Supervisor();
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -37,10 +40,12 @@ class Supervisor {
   size_t Add(Service s);  // not started yet
   void Start(size_t i);   // fork + exec; throws RuntimeFailure when fork fails
   std::vector<Service>& services() { return services_; }
+  const std::vector<Service>& services() const { return services_; }
 
   int wake_fd() const;            // readable after a signal; poll it with the sockets
   void DrainWake();
-  bool interrupted() const;       // SIGINT or SIGTERM was received
+  bool interrupted() const;       // SIGINT, SIGTERM or SIGHUP was received
+  int stop_signal() const;        // which one (0: none)
   std::vector<Death> Reap();      // every child that ended since the last call
 
   // SIGTERM to every running child, wait up to `grace`, then SIGKILL and reap.

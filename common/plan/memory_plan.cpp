@@ -105,12 +105,17 @@ Layout LayoutFor(const PlanModel& m, const std::vector<Candidate>& cands, size_t
   for (size_t i = k; i < cands.size(); ++i)
     if (cands[i].layer >= 0) l.ring_slot = std::max(l.ring_slot, Widened(cands[i].bytes));
   const int64_t V = m.cfg.vocab_size;
+  const int64_t layer_slot = l.ring_slot;
   if (!l.lm_pinned) {
     // lm_head streams through the ring in row chunks: at least one row per slot, and a
     // window-sized chunk when no trunk layer streams.
     const int64_t lm_tensor = m.lm_head_row_bytes * V;
     if (l.ring_slot == 0) l.ring_slot = Widened(std::min(lm_tensor, std::max(o.lm_head_window, m.lm_head_row_bytes)));
     l.ring_slot = std::max(l.ring_slot, WidenedRun(m.lm_head_row_bytes) + kPage);
+    l.lm_rows = LmHeadChunkRows(l.ring_slot, m.lm_head_row_bytes, V);
+    // The slot is what is read into it: the widest streamed layer or one widened chunk of
+    // rows (the launcher sizes the arena from the layout the same way and compares).
+    l.ring_slot = std::max(layer_slot, WidenedRun(l.lm_rows * m.lm_head_row_bytes));
     l.lm_rows = LmHeadChunkRows(l.ring_slot, m.lm_head_row_bytes, V);
     l.lm_chunks = LmHeadChunks(l.lm_rows, V);
   }
@@ -150,6 +155,21 @@ namespace {
 void CheckInputs(const PlanModel& m, const PlanOptions& o) {
   if (o.context < 1 || o.prefill_chunk < 1 || o.ring_slots < 2)
     throw UsageError("memory plan: context and prefill chunk must be >= 1 and ring slots >= 2");
+  const ModelConfig& c = m.cfg;
+  if (c.max_position_embeddings > 0 && o.context > c.max_position_embeddings)
+    throw UsageError("--context " + std::to_string(o.context) + " is more than the model supports (max_position_embeddings " +
+                     std::to_string(c.max_position_embeddings) + ")");
+  // Bytes per context position and per prompt-chunk token in FixedCosts, bounded so that no
+  // product or sum of the plan can overflow: anything near 2^62 bytes is no real machine.
+  constexpr int64_t kMaxBytes = int64_t{1} << 62;
+  const int64_t per_position = (c.num_layers + 1) * (c.kv_lora_rank + c.qk_rope_head_dim + c.mla_heads) * 4;
+  if (per_position > 0 && o.context > kMaxBytes / 4 / per_position)
+    throw UsageError("--context " + std::to_string(o.context) + " is too large: the memory plan would need more than 2^62 bytes");
+  const int64_t per_chunk_token = (c.num_layers + 16) * (c.hidden_size + c.kda_heads * c.kda_head_dim +
+                                  c.mla_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim) + c.intermediate_size +
+                                  c.num_shared_experts * c.moe_intermediate_size) * 16;
+  if (per_chunk_token > 0 && o.prefill_chunk > kMaxBytes / 4 / per_chunk_token)
+    throw UsageError("--prefill-chunk " + std::to_string(o.prefill_chunk) + " is too large: the memory plan would need more than 2^62 bytes");
   if (static_cast<int64_t>(m.trunk_bytes.size()) != m.cfg.num_layers || m.cfg.num_layers < 1)
     throw UsageError("memory plan: need one trunk size per layer (" + std::to_string(m.cfg.num_layers) + ")");
   if (static_cast<int64_t>(m.cfg.layer_kind.size()) != m.cfg.num_layers)

@@ -139,6 +139,17 @@ class TrunkReader {
       worker_->Submit({i, r.shard, {{r.wbegin, r.wlength(), base + pinned_[i].arena_offset}}});
     }
     size_t landed = 0;
+    // Pinning progress for the launcher's live line: at most every 0.25 s, and a final one.
+    double total = 0;
+    for (const PinnedEntry& p : pinned_) total += static_cast<double>(layout_.runs[static_cast<size_t>(p.layer)].wlength());
+    auto last_stats = Clock::now() - std::chrono::seconds(1);
+    auto progress = [&](bool final) {
+      if (!final && Clock::now() - last_stats < std::chrono::milliseconds(250)) return;
+      last_stats = Clock::now();
+      ctl_.Stats({{"pin_bytes_done", final ? total : static_cast<double>(pinned_bytes_)},
+                  {"pin_bytes_total", total},
+                  {"pin_seconds", Seconds(t0)}});
+    };
     while (landed < pinned_.size()) {
       if (StopRequested()) throw Error(kExitInterrupted, "interrupted while reading pinned layers");
       ipc::PollIn(worker_->notifier(), Clock::now() + std::chrono::milliseconds(100));
@@ -146,12 +157,13 @@ class TrunkReader {
         if (!d.error.empty()) throw RuntimeFailure(d.error);
         ++landed;
         pinned_bytes_ += d.bytes;
-        const double s = Seconds(t0);
-        std::fprintf(stderr, "[trunk-reader] pinned %zu/%zu layers, %s, %.0f MB/s\n", landed, pinned_.size(),
-                     FormatBytes(pinned_bytes_).c_str(), MBps(pinned_bytes_, s));
+        progress(landed == pinned_.size());
       }
     }
     pinned_seconds_ = Seconds(t0);
+    // One line when done; the launcher shows the progress meanwhile (one live line).
+    std::fprintf(stderr, "[trunk-reader] pinned %zu layers, %s in %.2f s, %.0f MB/s\n", landed,
+                 FormatBytes(pinned_bytes_).c_str(), pinned_seconds_, MBps(pinned_bytes_, pinned_seconds_));
     bytes_read_ += pinned_bytes_;
     read_seconds_ += pinned_seconds_;
   }

@@ -1,0 +1,100 @@
+#include "command_lines.h"
+
+#include <cstdio>
+
+#include "common/ipc/shm_arena.h"
+
+namespace k3::launch {
+namespace {
+
+std::string Join(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(v[i]);
+  }
+  return s;
+}
+
+}  // namespace
+
+RunEndpoints EndpointsIn(const std::string& ipc_name, const std::string& bin_dir) {
+  RunEndpoints e;
+  e.bin_dir = bin_dir;
+  e.control = "ipc://" + ipc_name + "/control";
+  e.trunk = "ipc://" + ipc_name + "/trunk";
+  e.experts = "ipc://" + ipc_name + "/experts";
+  e.compute = "ipc://" + ipc_name + "/compute";
+  e.tokenizer = "ipc://" + ipc_name + "/tokenizer";
+  return e;
+}
+
+std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const ModelLayout& m,
+                                                const plan::MemoryPlan& p, const RunEndpoints& ep,
+                                                const std::string& tokenizer_dir) {
+  const std::string inflight = std::to_string(opt.inflight);
+  // What the plan streams, told to both ends: lm_head chunks through the ring, embedding
+  // rows through the embed-window arena (docs/pipeline.md "Streamed embedding and lm_head").
+  std::vector<std::string> head_flags;
+  if (!p.lm_head_resident) head_flags.push_back("--stream-lm-head");
+  if (!p.embed_resident) head_flags.insert(head_flags.end(), {"--embed-arena", ep.embed_arena});
+
+  std::vector<ServiceCommand> out;
+  std::vector<std::string> t = {ep.bin_dir + "/k3-trunk-reader", "--model", opt.model, "--control", ep.control,
+                                "--bind", ep.trunk, "--pinned-arena", ep.pinned_arena, "--ring-arena",
+                                ep.ring_arena, "--pin", Join(p.pinned_layers), "--io", opt.io, "--inflight",
+                                inflight};
+  t.insert(t.end(), head_flags.begin(), head_flags.end());
+  out.push_back({"trunk-reader", t, true});
+
+  std::vector<std::string> x = {ep.bin_dir + "/k3-expert-fetcher", "--model", opt.model, "--control", ep.control,
+                                "--bind", ep.experts, "--arena", ep.experts_arena, "--io", opt.io,
+                                "--inflight", inflight};
+  if (!opt.dump_cache_trace.empty()) x.insert(x.end(), {"--dump-cache-trace", opt.dump_cache_trace});
+  if (!opt.expert_server.empty()) {
+    char timeout[32];
+    std::snprintf(timeout, sizeof timeout, "%g", opt.expert_server_timeout);
+    x.insert(x.end(), {"--remote", opt.expert_server, "--remote-timeout", timeout});
+  }
+  // Every expert has a slot: the fetcher reads them all ahead (nothing is ever evicted).
+  if (AllExpertsResident(m, p)) x.push_back("--warm");
+  out.push_back({"expert-fetcher", x, true});
+
+  std::vector<std::string> c = {ep.bin_dir + "/k3-compute", "--pipeline", "--model", opt.model,
+                                "--control", ep.control, "--endpoint", ep.compute, "--trunk", ep.trunk,
+                                "--experts", ep.experts, "--pinned-arena", ep.pinned_arena,
+                                "--ring-arena", ep.ring_arena, "--experts-arena", ep.experts_arena};
+  if (opt.threads > 0) c.insert(c.end(), {"--threads", std::to_string(opt.threads)});
+  c.insert(c.end(), {"--expert-inputs", opt.expert_inputs});
+  if (opt.probe_membw) c.push_back("--probe-membw");
+  if (HintsOffReason(opt, m, p) == nullptr) c.push_back("--prefetch-hints");
+  if (!opt.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt.dump_logits});
+  c.insert(c.end(), head_flags.begin(), head_flags.end());
+  out.push_back({"compute", c, false});
+
+  if (!tokenizer_dir.empty())
+    out.push_back({"tokenizer",
+                   {ep.bin_dir + "/k3-tokenizer", "serve", "--vocab", tokenizer_dir, "--control", ep.control,
+                    "--bind", ep.tokenizer},
+                   true});
+  return out;
+}
+
+bool AllExpertsResident(const ModelLayout& m, const plan::MemoryPlan& p) {
+  return p.expert_slots >= m.cfg.routed_expert_count();
+}
+
+// Guesses pay off when experts are read during the run (not all resident), the arena has room
+// for a second layer's experts next to the current one's (the fetcher checks too), and the
+// whole trunk is pinned. With trunk layers streaming, the disk is never idle between expert
+// demands and a wrong guess takes bandwidth the trunk needs: measured 2.5% slower with 2 of 4
+// layers pinned, 10% faster with all pinned (docs/benchmarks.md).
+const char* HintsOffReason(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p) {
+  if (!opt.prefetch_hints) return "switched off";
+  if (AllExpertsResident(m, p)) return "every expert has a slot";
+  if (p.expert_slots < 2 * m.cfg.top_k) return "fewer than 2 x top_k expert slots";
+  if (static_cast<int64_t>(p.pinned_layers.size()) < m.cfg.num_layers) return "trunk layers stream";
+  return nullptr;
+}
+
+}  // namespace k3::launch

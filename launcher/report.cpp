@@ -1,0 +1,133 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <fstream>
+
+#include "common/error.h"
+#include "common/median.h"
+
+namespace k3::launch {
+namespace {
+
+std::string Fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string Fmt(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, const ArenaSizes& arenas) {
+  const double gen_n = static_cast<double>(std::max<size_t>(rec.generated_ids.size(), 1));
+  auto stat = [&](const std::string& svc, const std::string& name) -> double {
+    auto it = rec.service_stats.find(svc);
+    if (it == rec.service_stats.end()) return -1;
+    auto jt = it->second.find(name);
+    return jt == it->second.end() ? -1 : jt->second;
+  };
+  const double trunk_bytes = stat("trunk-reader", "bytes_read");
+  const double expert_bytes = stat("expert-fetcher", "bytes_read");
+  // Hits and misses are the fetcher's (compute cannot tell them apart).
+  const double hits = std::max(0.0, stat("expert-fetcher", "hits"));
+  const double misses = std::max(0.0, stat("expert-fetcher", "misses"));
+  // Waits while this request ran (the run_ counters; start-up waits before Generate excluded).
+  const double waits = std::max(0.0, stat("compute", "run_trunk_wait_seconds")) +
+                       std::max(0.0, stat("compute", "run_expert_wait_seconds"));
+  nlohmann::json r;
+  r["prompt_ids"] = rec.prompt_ids;
+  r["generated_ids"] = rec.generated_ids;
+  if (rec.generated_text) r["generated_text"] = *rec.generated_text;
+  if (!rec.tokenizer_error.empty()) r["tokenizer_error"] = rec.tokenizer_error;
+  r["interrupted"] = rec.interrupted;
+  if (rec.interrupted) r["stop_reason"] = rec.stop_reason;
+  r["expert_inputs"] = rec.expert_inputs;
+  r["budget_bytes"] = plan.budget;
+  r["plan_total_bytes"] = plan.total;
+  r["seconds_per_token"] = rec.done ? rec.done->seconds_per_token : 0.0;
+  r["prefill_seconds"] = rec.done ? rec.done->prefill_seconds : 0.0;
+  // Per decode step, from token arrival times at the launcher: shows the spread the mean hides.
+  r["token_seconds"] = rec.token_seconds;
+  if (!rec.token_seconds.empty()) r["median_token_seconds"] = Median(rec.token_seconds);
+  r["run_seconds"] = rec.run_seconds;
+  r["trunk_bytes_read"] = trunk_bytes;
+  r["expert_bytes_read"] = expert_bytes;
+  r["trunk_bytes_per_token"] = trunk_bytes >= 0 ? trunk_bytes / gen_n : -1.0;
+  r["expert_bytes_per_token"] = expert_bytes >= 0 ? expert_bytes / gen_n : -1.0;
+  r["expert_hit_rate"] = hits + misses > 0 ? hits / (hits + misses) : -1.0;
+  r["compute_wait_seconds"] = waits;
+  r["io_share"] = rec.run_seconds > 0 ? waits / rec.run_seconds : 0.0;
+  // Decode steps only (the prompt pass also waits for start-up reads): overlap per token.
+  const double steps = stat("compute", "decode_steps");
+  const double trunk_wait_tok = steps > 0 ? std::max(0.0, stat("compute", "decode_trunk_wait_seconds")) / steps : 0.0;
+  const double expert_wait_tok = steps > 0 ? std::max(0.0, stat("compute", "decode_expert_wait_seconds")) / steps : 0.0;
+  r["trunk_wait_seconds_per_token"] = trunk_wait_tok;
+  r["expert_wait_seconds_per_token"] = expert_wait_tok;
+  r["compute_wait_seconds_per_token"] = trunk_wait_tok + expert_wait_tok;
+  // Next-layer guesses: how many of the routed experts they named, and the fetcher's reads.
+  r["prefetch_hints"] = rec.prefetch_hints;
+  r["hint_recall"] = stat("compute", "hint_recall");
+  r["prefetch_reads"] = stat("expert-fetcher", "prefetch_reads");
+  r["prefetch_used"] = stat("expert-fetcher", "prefetch_used");
+  r["membw_probe_passes"] = stat("compute", "membw_probe_passes");
+  r["membw_probe_median_gbs"] = stat("compute", "membw_probe_median_gbs");
+  r["median_step_seconds"] = stat("compute", "median_step_seconds");
+  int64_t total = 0;
+  nlohmann::json mem = nlohmann::json::object();
+  for (const auto& [name, pm] : rec.peak) {
+    mem[name] = {{"vm_hwm_bytes", pm.vm_hwm}, {"rss_shmem_bytes", pm.rss_shmem}};
+    if (pm.vm_hwm > 0) total += pm.vm_hwm - std::max<int64_t>(pm.rss_shmem, 0);
+  }
+  total += arenas.total();  // shm counted once, at its full size
+  r["peak_memory"] = mem;
+  r["peak_memory_total_bytes"] = total;
+  r["service_stats"] = rec.service_stats;
+  r["restarts"] = rec.restarts;
+  r["rejected_messages"] = rec.rejected_messages;
+  return r;
+}
+
+std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
+  auto d = [&](const char* k) { return r.contains(k) ? r[k].get<double>() : 0.0; };
+  std::vector<std::string> out;
+  out.push_back(Fmt("[launch] %zu tokens, %.4f s/token, prefill %.3f s%s", r["generated_ids"].size(),
+                    d("seconds_per_token"), d("prefill_seconds"),
+                    r.value("interrupted", false) ? " (interrupted)" : ""));
+  out.push_back(Fmt("[launch] trunk %.0f B/token, experts %.0f B/token, expert hit rate %.3f, compute waited %.3f s "
+                    "(%.0f%% of the run)",
+                    d("trunk_bytes_per_token"), d("expert_bytes_per_token"), d("expert_hit_rate"),
+                    d("compute_wait_seconds"), 100 * d("io_share")));
+  out.push_back(Fmt("[launch] compute waited on I/O %.4f s/token while decoding (trunk %.4f, experts %.4f) of %.4f s/token",
+                    d("compute_wait_seconds_per_token"), d("trunk_wait_seconds_per_token"),
+                    d("expert_wait_seconds_per_token"), d("seconds_per_token")));
+  if (r.value("prefetch_hints", false))
+    out.push_back(Fmt("[launch] next-layer expert hints: recall %.3f, %.0f experts read ahead, %.0f of them then requested",
+                      d("hint_recall"), d("prefetch_reads"), d("prefetch_used")));
+  if (d("membw_probe_passes") > 0)
+    out.push_back(Fmt("[launch] read-bandwidth probe over the resident weights: median %.1f GB/s; median decode step "
+                      "%.4f s (compute's clock, probes excluded)",
+                      d("membw_probe_median_gbs"), d("median_step_seconds")));
+  for (const auto& [name, pm] : r["peak_memory"].items())
+    out.push_back(Fmt("[launch] peak %-15s %s (shm %s)", name.c_str(),
+                      plan::FormatBytes(pm["vm_hwm_bytes"].get<int64_t>()).c_str(),
+                      plan::FormatBytes(pm["rss_shmem_bytes"].get<int64_t>()).c_str()));
+  out.push_back(Fmt("[launch] peak total (shm once) %s of budget %s",
+                    plan::FormatBytes(r["peak_memory_total_bytes"].get<int64_t>()).c_str(),
+                    plan::FormatBytes(budget).c_str()));
+  return out;
+}
+
+void WriteReportFile(const std::string& path, const nlohmann::json& report) {
+  std::ofstream f(path, std::ios::trunc);
+  // generated_text may hold ill-formed UTF-8 (any ids can be generated): U+FFFD in JSON.
+  f << report.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  f.close();
+  if (!f) throw Error(kExitOutput, "--out: cannot write " + path);
+}
+
+}  // namespace k3::launch

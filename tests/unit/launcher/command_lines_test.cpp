@@ -1,0 +1,164 @@
+// The service command lines (docs/pipeline.md "Command lines") as a pure function of the
+// options, the layout, the plan and the run's endpoints.
+#include "launcher/command_lines.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace k3::launch {
+namespace {
+
+using Argv = std::vector<std::string>;
+
+ModelLayout Layout() {
+  ModelLayout m;
+  m.cfg.num_layers = 4;
+  m.cfg.first_k_dense_replace = 1;
+  m.cfg.num_experts = 8;  // 24 routed experts
+  m.cfg.top_k = 2;
+  return m;
+}
+
+plan::MemoryPlan Plan() {
+  plan::MemoryPlan p;
+  p.pinned_layers = {0, 2};
+  p.expert_slots = 4;
+  p.lm_head_resident = true;
+  p.embed_resident = true;
+  return p;
+}
+
+RunEndpoints Endpoints() {
+  // Anything the services accept: the function copies them verbatim.
+  RunEndpoints e;
+  e.bin_dir = "/opt/k3/bin";
+  e.control = "ipc://@k3-1/control";
+  e.trunk = "ipc://@k3-1/trunk";
+  e.experts = "ipc://@k3-1/experts";
+  e.compute = "ipc://@k3-1/compute";
+  e.tokenizer = "ipc://@k3-1/tokenizer";
+  e.pinned_arena = "fd:5";
+  e.ring_arena = "fd:6";
+  e.experts_arena = "fd:7";
+  e.embed_arena = "fd:8";
+  return e;
+}
+
+LaunchOptions Options() {
+  LaunchOptions o;
+  o.model = "/models/k3";
+  o.io = "direct";
+  o.inflight = 3;
+  return o;
+}
+
+const ServiceCommand& Find(const std::vector<ServiceCommand>& v, const std::string& name) {
+  const auto it = std::find_if(v.begin(), v.end(), [&](const ServiceCommand& c) { return c.name == name; });
+  if (it == v.end()) throw std::runtime_error("no " + name);
+  return *it;
+}
+
+bool Has(const Argv& a, const std::string& flag) { return std::find(a.begin(), a.end(), flag) != a.end(); }
+std::string After(const Argv& a, const std::string& flag) {
+  const auto it = std::find(a.begin(), a.end(), flag);
+  return it == a.end() || it + 1 == a.end() ? "<none>" : *(it + 1);
+}
+
+TEST(CommandLines, ExactArgvOfEachService) {
+  const auto v = ServiceCommandLines(Options(), Layout(), Plan(), Endpoints(), "");
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].name, "trunk-reader");
+  EXPECT_EQ(v[1].name, "expert-fetcher");
+  EXPECT_EQ(v[2].name, "compute");
+  EXPECT_EQ(v[0].argv, (Argv{"/opt/k3/bin/k3-trunk-reader", "--model", "/models/k3", "--control", "ipc://@k3-1/control",
+                             "--bind", "ipc://@k3-1/trunk", "--pinned-arena", "fd:5", "--ring-arena", "fd:6", "--pin",
+                             "0,2", "--io", "direct", "--inflight", "3"}));
+  EXPECT_EQ(v[1].argv, (Argv{"/opt/k3/bin/k3-expert-fetcher", "--model", "/models/k3", "--control",
+                             "ipc://@k3-1/control", "--bind", "ipc://@k3-1/experts", "--arena", "fd:7", "--io",
+                             "direct", "--inflight", "3"}));
+  // 4 slots, 2 x top_k: hints would be possible but two of four layers stream.
+  EXPECT_EQ(v[2].argv, (Argv{"/opt/k3/bin/k3-compute", "--pipeline", "--model", "/models/k3", "--control",
+                             "ipc://@k3-1/control", "--endpoint", "ipc://@k3-1/compute", "--trunk",
+                             "ipc://@k3-1/trunk", "--experts", "ipc://@k3-1/experts", "--pinned-arena", "fd:5",
+                             "--ring-arena", "fd:6", "--experts-arena", "fd:7", "--expert-inputs", "f32"}));
+  EXPECT_TRUE(v[0].restartable);
+  EXPECT_TRUE(v[1].restartable);
+  EXPECT_FALSE(v[2].restartable);
+}
+
+TEST(CommandLines, StreamedHeadAndEmbeddingGoToReaderAndCompute) {
+  plan::MemoryPlan p = Plan();
+  p.lm_head_resident = false;
+  p.embed_resident = false;
+  const auto v = ServiceCommandLines(Options(), Layout(), p, Endpoints(), "");
+  for (const char* s : {"trunk-reader", "compute"}) {
+    SCOPED_TRACE(s);
+    EXPECT_TRUE(Has(Find(v, s).argv, "--stream-lm-head"));
+    EXPECT_EQ(After(Find(v, s).argv, "--embed-arena"), "fd:8");
+  }
+  EXPECT_FALSE(Has(Find(v, "expert-fetcher").argv, "--stream-lm-head"));
+}
+
+TEST(CommandLines, OptionalFlags) {
+  LaunchOptions o = Options();
+  o.threads = 3;
+  o.expert_inputs = "bf16";
+  o.probe_membw = true;
+  o.dump_logits = "/tmp/l.bin";
+  o.dump_cache_trace = "/tmp/trace";
+  o.expert_server = "tcp://10.0.0.2:5557";
+  o.expert_server_timeout = 2.5;
+  const auto v = ServiceCommandLines(o, Layout(), Plan(), Endpoints(), "/vocab");
+  const Argv& c = Find(v, "compute").argv;
+  EXPECT_EQ(After(c, "--threads"), "3");
+  EXPECT_EQ(After(c, "--expert-inputs"), "bf16");
+  EXPECT_TRUE(Has(c, "--probe-membw"));
+  EXPECT_EQ(After(c, "--dump-logits"), "/tmp/l.bin");
+  const Argv& x = Find(v, "expert-fetcher").argv;
+  EXPECT_EQ(After(x, "--dump-cache-trace"), "/tmp/trace");
+  EXPECT_EQ(After(x, "--remote"), "tcp://10.0.0.2:5557");
+  EXPECT_EQ(After(x, "--remote-timeout"), "2.5");
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_EQ(v[3].argv, (Argv{"/opt/k3/bin/k3-tokenizer", "serve", "--vocab", "/vocab", "--control",
+                             "ipc://@k3-1/control", "--bind", "ipc://@k3-1/tokenizer"}));
+  EXPECT_TRUE(v[3].restartable);
+  // No threads flag at 0 (compute takes every core).
+  o.threads = 0;
+  EXPECT_FALSE(Has(Find(ServiceCommandLines(o, Layout(), Plan(), Endpoints(), ""), "compute").argv, "--threads"));
+}
+
+TEST(CommandLines, WarmWhenEveryExpertHasASlotAndHintsWhenAllPinned) {
+  plan::MemoryPlan p = Plan();
+  p.expert_slots = 24;
+  auto v = ServiceCommandLines(Options(), Layout(), p, Endpoints(), "");
+  EXPECT_TRUE(Has(Find(v, "expert-fetcher").argv, "--warm"));
+  EXPECT_FALSE(Has(Find(v, "compute").argv, "--prefetch-hints"));
+  EXPECT_STREQ(HintsOffReason(Options(), Layout(), p), "every expert has a slot");
+
+  p.expert_slots = 4;
+  p.pinned_layers = {0, 1, 2, 3};
+  v = ServiceCommandLines(Options(), Layout(), p, Endpoints(), "");
+  EXPECT_FALSE(Has(Find(v, "expert-fetcher").argv, "--warm"));
+  EXPECT_TRUE(Has(Find(v, "compute").argv, "--prefetch-hints"));
+  EXPECT_EQ(HintsOffReason(Options(), Layout(), p), nullptr);
+
+  LaunchOptions o = Options();
+  o.prefetch_hints = false;
+  EXPECT_FALSE(Has(Find(ServiceCommandLines(o, Layout(), p, Endpoints(), ""), "compute").argv, "--prefetch-hints"));
+  p.expert_slots = 3;  // < 2 x top_k
+  EXPECT_STREQ(HintsOffReason(Options(), Layout(), p), "fewer than 2 x top_k expert slots");
+}
+
+TEST(CommandLines, EndpointsLiveUnderTheRunName) {
+  const RunEndpoints e = EndpointsIn("@k3-4242-00ff", "/bin");
+  EXPECT_EQ(e.control, "ipc://@k3-4242-00ff/control");
+  EXPECT_EQ(e.compute, "ipc://@k3-4242-00ff/compute");
+  EXPECT_EQ(e.trunk, "ipc://@k3-4242-00ff/trunk");
+  EXPECT_EQ(e.experts, "ipc://@k3-4242-00ff/experts");
+  EXPECT_EQ(e.tokenizer, "ipc://@k3-4242-00ff/tokenizer");
+  EXPECT_TRUE(e.pinned_arena.empty());
+}
+
+}  // namespace
+}  // namespace k3::launch

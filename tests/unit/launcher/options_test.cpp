@@ -1,0 +1,170 @@
+// k3-launch options: the TOML reader (ApplyToml), flags over the TOML, and the range checks.
+#include "launcher/options.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+
+namespace k3::launch {
+namespace {
+
+// The exit code and message of `f`, or 0 when it does not throw.
+template <class F>
+std::pair<int, std::string> Outcome(F f) {
+  try {
+    f();
+    return {0, ""};
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  }
+}
+
+std::pair<int, std::string> Toml(const std::string& text, LaunchOptions& o) {
+  return Outcome([&] { ApplyToml(text, "test.toml", "/etc/k3", o); });
+}
+
+TEST(Toml, EveryKeyWithItsType) {
+  LaunchOptions o;
+  ASSERT_EQ(Toml("model = \"m\"\ntokenizer = \"/abs/tok\"\nbudget = \"8G\"\nio = \"direct\"\nprompt = \"Hi\"\n"
+                 "prompt_file = \"p.txt\"\nids = \"1,2\"\ngen = 7\ncontext = 2048\nprefill_chunk = 32\n"
+                 "ring_slots = 3\nthreads = 2\nexpert_inputs = \"bf16\"\nexpert_server = \"tcp://h:1\"\n"
+                 "inflight = 5\nmax_pinned_trunk = 100\nfull_recompute = true\nexpert_server_timeout = 2\n"
+                 "prefetch_hints = false\nout = \"r.json\"\nquiet = true\nstop_ids = [3, 0, 99]\n",
+                 o).first,
+            0);
+  EXPECT_EQ(o.model, "/etc/k3/m");              // relative: to the TOML's directory
+  EXPECT_EQ(o.tokenizer, "/abs/tok");           // absolute: kept
+  EXPECT_EQ(o.prompt_file, "/etc/k3/p.txt");
+  EXPECT_EQ(o.out, "r.json");                   // outputs: relative to the working directory
+  EXPECT_EQ(o.budget, "8G");
+  EXPECT_EQ(o.io, "direct");
+  EXPECT_EQ(o.gen, 7);
+  EXPECT_EQ(o.context, 2048);
+  EXPECT_EQ(o.prefill_chunk, 32);
+  EXPECT_EQ(o.ring_slots, 3);
+  EXPECT_EQ(o.threads, 2);
+  EXPECT_EQ(o.inflight, 5);
+  EXPECT_EQ(o.max_pinned_trunk, 100);
+  EXPECT_TRUE(o.full_recompute);
+  EXPECT_DOUBLE_EQ(o.expert_server_timeout, 2.0);
+  EXPECT_FALSE(o.prefetch_hints);
+  EXPECT_TRUE(o.quiet);
+  EXPECT_EQ(o.stop_ids, (std::vector<int32_t>{3, 0, 99}));
+  LaunchOptions p;
+  ASSERT_EQ(Toml("model = \"../models/x\"\nbudget = 1073741824\n", p).first, 0);
+  EXPECT_EQ(p.model, "/etc/models/x");
+  EXPECT_EQ(p.budget, "1073741824");  // an integer budget is bytes
+}
+
+TEST(Toml, UnknownKeysAndWrongTypesNameTheKey) {
+  struct Case {
+    const char* text;
+    const char* key;
+  } cases[] = {
+      {"modle = \"x\"\n", "modle"},
+      {"gen = \"16\"\n", "gen"},
+      {"gen = 1.5\n", "gen"},
+      {"model = 3\n", "model"},
+      {"full_recompute = 1\n", "full_recompute"},
+      {"expert_server_timeout = \"60\"\n", "expert_server_timeout"},
+      {"threads = 5000000000\n", "threads"},  // would wrap around in an int
+      {"stop_ids = \"1,2\"\n", "stop_ids"},
+      {"stop_ids = [1, \"2\"]\n", "stop_ids"},
+      {"stop_ids = [-1]\n", "stop_ids"},
+      {"quiet = \"yes\"\n", "quiet"},
+      {"[model]\npath = \"x\"\n", "model"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    LaunchOptions o;
+    const auto [code, msg] = Toml(c.text, o);
+    EXPECT_EQ(code, kExitUsage);
+    EXPECT_NE(msg.find(std::string("'") + c.key + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("test.toml"), std::string::npos) << msg;
+  }
+}
+
+TEST(Toml, SyntaxErrorNamesTheLine) {
+  LaunchOptions o;
+  const auto [code, msg] = Toml("gen = 4\nmodel = \"unterminated\n", o);
+  EXPECT_EQ(code, kExitUsage);
+  EXPECT_NE(msg.find("test.toml:2"), std::string::npos) << msg;
+}
+
+class FlagsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("k3-options-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    toml_ = (dir_ / "c.toml").string();
+    std::ofstream(toml_) << "model = \"mdl\"\nbudget = \"2G\"\ngen = 5\ncontext = 1024\nthreads = 1\n"
+                            "stop_ids = [4]\nids = \"1,2\"\n";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::pair<int, std::string> Parse(std::vector<std::string> args, LaunchOptions& out) {
+    args.insert(args.begin(), {"k3-launch", toml_});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return Outcome([&] { out = *ParseLaunchOptions(static_cast<int>(argv.size()), argv.data()); });
+  }
+  std::filesystem::path dir_;
+  std::string toml_;
+};
+
+TEST_F(FlagsTest, FlagsOverrideTheToml) {
+  LaunchOptions o;
+  ASSERT_EQ(Parse({}, o).first, 0);
+  EXPECT_EQ(o.model, (dir_ / "mdl").string());
+  EXPECT_EQ(o.gen, 5);
+  EXPECT_EQ(o.stop_ids, std::vector<int32_t>{4});
+  EXPECT_FALSE(o.quiet);
+  ASSERT_EQ(Parse({"--gen", "9", "--context", "512", "--budget", "3G", "--model", "/m", "--stop-ids", "7,8",
+                   "--quiet", "--prompt", "Hello", "--threads", "0"},
+                  o).first,
+            0);
+  EXPECT_EQ(o.gen, 9);
+  EXPECT_EQ(o.context, 512);
+  EXPECT_EQ(o.budget, "3G");
+  EXPECT_EQ(o.model, "/m");  // a --model flag is taken as given
+  EXPECT_EQ(o.stop_ids, (std::vector<int32_t>{7, 8}));
+  EXPECT_TRUE(o.quiet);
+  EXPECT_EQ(o.prompt, "Hello");
+  EXPECT_EQ(o.ids, "");  // one prompt source replaces the other
+  EXPECT_EQ(o.threads, 0);
+}
+
+TEST_F(FlagsTest, RangeChecks) {
+  LaunchOptions o;
+  for (const std::vector<std::string>& bad :
+       std::vector<std::vector<std::string>>{{"--threads", "-1"},
+                                             {"--threads", std::to_string(MaxThreads() + 1)},
+                                             {"--threads", "100000"},
+                                             {"--context", "0"},
+                                             {"--gen", "-2"},
+                                             {"--stop-ids", "1,,2"},
+                                             {"--stop-ids", "x"},
+                                             {"--inflight", "0"},
+                                             {"--io", "floppy"},
+                                             {"--unknown-flag"}}) {
+    SCOPED_TRACE(bad[0] + (bad.size() > 1 ? " " + bad[1] : ""));
+    EXPECT_EQ(Parse(bad, o).first, kExitUsage);
+  }
+  const auto [code, msg] = Parse({"--threads", "100000"}, o);
+  EXPECT_NE(msg.find("online cores"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(MaxThreads() / 4)), std::string::npos) << msg;
+  EXPECT_EQ(Parse({"--threads", std::to_string(MaxThreads())}, o).first, 0);
+}
+
+TEST(IdList, ParsesAndRefuses) {
+  EXPECT_EQ(ParseIdList("1,5,9", "--ids"), (std::vector<int32_t>{1, 5, 9}));
+  EXPECT_EQ(ParseIdList("2147483647", "--ids"), (std::vector<int32_t>{2147483647}));
+  for (const char* bad : {"", "1,", ",1", "1,,2", "-1", "2147483648", "1 2", "0x10"})
+    EXPECT_EQ(Outcome([&] { ParseIdList(bad, "--stop-ids"); }).first, kExitUsage) << bad;
+  EXPECT_NE(Outcome([] { ParseIdList("a", "--stop-ids"); }).second.find("--stop-ids"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace k3::launch
