@@ -1,33 +1,19 @@
 // k3-launch: reads the TOML + flags, plans the memory budget (printed before anything is
 // loaded), then runs the pipeline of services (run.cpp) or, with --dry-run, stops there.
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/id_list.h"
 #include "common/plan/memory_plan.h"
+#include "common/run_main.h"
 #include "model_layout.h"
 #include "options.h"
 #include "run.h"
 
 namespace {
-
-std::vector<int32_t> ParseIdList(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(text);
-  std::string tok;
-  while (std::getline(ss, tok, ',')) {
-    if (tok.empty() || tok.size() > 10 || tok.find_first_not_of("0123456789") != std::string::npos)
-      throw k3::UsageError("--ids: expected comma-separated non-negative integers, got '" + text + "'");
-    const long long v = std::stoll(tok);
-    if (v > INT32_MAX) throw k3::UsageError("--ids: id " + tok + " out of range");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty() || text.back() == ',') throw k3::UsageError("--ids: expected comma-separated non-negative integers, got '" + text + "'");
-  return ids;
-}
 
 int Main(int argc, char** argv) {
   using namespace k3;
@@ -82,10 +68,7 @@ int Main(int argc, char** argv) {
   if (in.tokenizer_dir.empty() && std::filesystem::exists(std::filesystem::path(opt.model) / "tiktoken.model"))
     in.tokenizer_dir = opt.model;
   if (!opt.ids.empty()) {
-    in.ids = ParseIdList(opt.ids);
-    for (int32_t id : in.ids)
-      if (id < 0 || id >= m.cfg.vocab_size)
-        throw UsageError("--ids: id " + std::to_string(id) + " outside [0," + std::to_string(m.cfg.vocab_size) + ")");
+    for (int64_t id : ParseIdList(opt.ids, "--ids", m.cfg.vocab_size)) in.ids.push_back(static_cast<int32_t>(id));
   } else if (!opt.prompt.empty() || !opt.prompt_file.empty()) {
     in.has_text = true;
     in.text = opt.prompt;
@@ -111,13 +94,5 @@ int Main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return Main(argc, argv);
-  } catch (const k3::Error& e) {
-    std::fprintf(stderr, "k3-launch: %s\n", e.what());
-    return e.code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "k3-launch: %s\n", e.what());
-    return k3::kExitRuntime;
-  }
+  return k3::RunMain("k3-launch", [&] { return Main(argc, argv); });
 }

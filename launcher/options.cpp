@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/version.h"
 
 namespace k3::launch {
 namespace {
@@ -76,6 +77,7 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
 std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   LaunchOptions cli;
   CLI::App app{"k3-launch: run Kimi K3 as a pipeline of services within a memory budget"};
+  app.set_version_flag("--version", VersionLine("k3-launch"));
   app.add_option("config", cli.config_path, "TOML configuration (configs/*.toml)")->required();
   app.add_option("--budget", cli.budget, "memory budget for everything: 8G, 32G, 128G, auto");
   app.add_option("--model", cli.model, "checkpoint directory (overrides the TOML)");
@@ -102,7 +104,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
                "benchmarks: compute times one read of the resident weights after every decode step");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     app.exit(e);
     return std::nullopt;
   } catch (const CLI::ParseError& e) {

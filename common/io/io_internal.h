@@ -8,13 +8,12 @@
 #include <vector>
 
 #include "common/io/block_reader.h"
+#include "common/read_window.h"
 
 namespace k3::io::internal {
 
-inline constexpr uint64_t kBlock = 4096;  // O_DIRECT alignment of offset, length and memory
-
-inline uint64_t AlignDown(uint64_t v) { return v / kBlock * kBlock; }
-inline uint64_t AlignUp(uint64_t v) { return (v + kBlock - 1) / kBlock * kBlock; }
+// O_DIRECT's alignment of offset, length and memory, and the rounding to it, are the read
+// window's (common/read_window.h): k3::kReadAlign, k3::AlignDown, k3::AlignUp.
 
 // One piece of a request, at most chunk_bytes long.
 struct Chunk {

@@ -68,7 +68,7 @@ class PosixReader final : public BlockReader {
         PreadAtLeast(fd_, c.dst, w.span, w.need, w.begin, path(), opts_.max_retries);
         continue;
       }
-      if (!bounce) bounce = AllocAligned(opts_.chunk_bytes + 2 * kBlock);
+      if (!bounce) bounce = AllocAligned(opts_.chunk_bytes + 2 * kReadAlign);
       PreadAtLeast(fd_, bounce.get(), w.span, w.need, w.begin, path(), opts_.max_retries);
       std::memcpy(c.dst, bounce.get() + (c.offset - w.begin), c.length);
     }

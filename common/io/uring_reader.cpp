@@ -56,7 +56,7 @@ class UringReader final : public BlockReader {
           if (w.in_place) {
             s.buf = s.chunk.dst;
           } else {
-            if (!s.bounce) s.bounce = AllocAligned(opts_.chunk_bytes + 2 * kBlock);
+            if (!s.bounce) s.bounce = AllocAligned(opts_.chunk_bytes + 2 * kReadAlign);
             s.buf = s.bounce.get();
           }
         } else {

@@ -20,6 +20,7 @@
 #include <span>
 
 #include "common/ipc/shm_arena.h"
+#include "common/read_window.h"
 
 namespace k3::ipc {
 
@@ -30,7 +31,7 @@ struct SlotRef {
 
 class SlotTable {
  public:
-  static constexpr uint64_t kAlign = 4096;
+  static constexpr uint64_t kAlign = kReadAlign;  // a slot is an O_DIRECT destination
   // Arena bytes needed for `slots` slots of `slot_bytes` each.
   static size_t BytesNeeded(uint32_t slots, uint64_t slot_bytes);
   // Writer: writes a fresh header (all generations 0) into a writable arena.

@@ -188,7 +188,7 @@ class TrunkReader {
   }
 
   // Embedding rows into the embed window: row i of the request lands at i * stride, read
-  // widened to 4096 bounds (docs/pipeline.md "Streamed embedding and lm_head").
+  // through its window (docs/pipeline.md "Streamed embedding and lm_head").
   void OnMessage(const w::EmbedRows& m) {
     const uint64_t capacity = embed_arena_.size() / std::max<uint64_t>(embed_stride_, 1);
     std::string why;
@@ -205,11 +205,11 @@ class TrunkReader {
     EmbedPending pending{m.request_id, {}};
     uint8_t* base = embed_arena_.mutable_data();
     for (size_t i = 0; i < m.ids.size(); ++i) {
-      const uint64_t begin = embed_.offset + static_cast<uint64_t>(m.ids[i]) * embed_.row_bytes;
-      const uint64_t wbegin = AlignDown(begin);
-      const uint64_t wend = std::min(AlignUp(begin + embed_.row_bytes), std::max(embed_file_size_, begin + embed_.row_bytes));
-      job.requests.push_back({wbegin, wend - wbegin, base + i * embed_stride_});
-      pending.offsets.push_back(i * embed_stride_ + (begin - wbegin));
+      const int64_t begin = static_cast<int64_t>(embed_.offset + static_cast<uint64_t>(m.ids[i]) * embed_.row_bytes);
+      const int64_t row = static_cast<int64_t>(embed_.row_bytes);
+      const ReadRun r = Widen({embed_.shard, begin, begin + row, row}, embed_file_size_);
+      job.requests.push_back({r.wbegin, r.wlength(), base + i * embed_stride_});
+      pending.offsets.push_back(i * embed_stride_ + r.lead());
     }
     embed_pending_[embed_seq_++] = std::move(pending);
     if (worker_->pending() == 0) t_busy_ = Clock::now();
