@@ -1,6 +1,7 @@
 #include "common/io/block_reader.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,6 +67,16 @@ Window DirectWindow(const Chunk& c) {
   w.in_place = c.offset % kReadAlign == 0 && c.length % kReadAlign == 0 &&
                reinterpret_cast<uintptr_t>(c.dst) % kReadAlign == 0;
   return w;
+}
+
+uint64_t FileSizeOrClose(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw RuntimeFailure(path + ": cannot stat: " + std::strerror(err));
+  }
+  return static_cast<uint64_t>(st.st_size);
 }
 
 AlignedBuffer AllocAligned(uint64_t bytes) {

@@ -48,6 +48,10 @@ void PreadAtLeast(int fd, uint8_t* buf, uint64_t cap, uint64_t need, uint64_t of
 [[noreturn]] void ThrowShortRead(const std::string& path, uint64_t offset, uint64_t got, uint64_t need);
 [[noreturn]] void ThrowIoError(const std::string& path, uint64_t offset, int err);
 
+// Size of the open file `fd`; on failure closes `fd` and throws k3::Error(kExitRuntime)
+// naming `path`.
+uint64_t FileSizeOrClose(int fd, const std::string& path);
+
 // Backend constructors (opened file, options).
 std::unique_ptr<BlockReader> MakePosixReader(const std::string& path, bool direct, const ReaderOptions& o);
 std::unique_ptr<BlockReader> MakeUringReader(const std::string& path, const ReaderOptions& o);
