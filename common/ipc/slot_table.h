@@ -48,6 +48,9 @@ class SlotTable {
   uint8_t* BeginFill(uint32_t slot);
   // Makes the slot's bytes visible under a new generation, which it returns.
   uint64_t Publish(uint32_t slot);
+  // Moves every slot's generation on, so no reference taken before stays current: what a
+  // (re)started writer does first, since a reader may still hold references from before a crash.
+  void RetireAll();
 
   // Reader side.
   uint64_t generation(uint32_t slot) const;

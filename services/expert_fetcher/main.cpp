@@ -22,12 +22,12 @@
 #include "common/model_config.h"
 #include "common/read_window.h"
 #include "common/safetensors.h"
+#include "common/service/read_worker.h"
+#include "common/service/service_shell.h"
 #include "common/tensor_names.h"
 #include "services/expert_fetcher/cache_trace.h"
 #include "services/expert_fetcher/expert_cache.h"
 #include "services/expert_fetcher/remote_reads.h"
-#include "common/service/read_worker.h"
-#include "common/service/service_shell.h"
 
 namespace k3::svc {
 namespace {
@@ -57,11 +57,7 @@ class ExpertFetcher {
     cfg_ = LoadModelConfig(f_.model + "/config.json");
     arena_ = ipc::ShmArena::Open(f_.arena, true);
     table_.emplace(ipc::SlotTable::Attach(arena_));
-    // After a crash compute may still hold references: move every generation on.
-    for (uint32_t s = 0; s < table_->slot_count(); ++s) {
-      table_->BeginFill(s);
-      table_->Publish(s);
-    }
+    table_->RetireAll();  // after a crash compute may still hold references
     worker_.emplace(ctx_, "experts-io", f_.io, ck_->shard_paths(), f_.inflight);
     for (size_t i = 0; i < ck_->shard_paths().size(); ++i) sizes_.push_back(worker_->file_size(static_cast<int>(i)));
     // Every expert must fit a slot with its read window (the first byte then sits `lead` bytes

@@ -20,11 +20,11 @@
 #include "common/ipc/zmq_channel.h"
 #include "common/model_config.h"
 #include "common/plan/head_stream.h"
-#include "common/tensor_names.h"
 #include "common/safetensors.h"
 #include "common/service/read_worker.h"
-#include "services/trunk_reader/ring_scheduler.h"
 #include "common/service/service_shell.h"
+#include "common/tensor_names.h"
+#include "services/trunk_reader/ring_scheduler.h"
 #include "services/trunk_reader/trunk_layout.h"
 
 namespace k3::svc {
@@ -73,11 +73,7 @@ class TrunkReader {
                              " bytes, one embedding row needs " + std::to_string(embed_stride_));
       embed_file_size_ = std::filesystem::file_size(ck.shard_paths().at(static_cast<size_t>(t.shard)));
     }
-    // After a crash compute may still hold references: move every generation on.
-    for (uint32_t s = 0; s < ring_->slot_count(); ++s) {
-      ring_->BeginFill(s);
-      ring_->Publish(s);
-    }
+    ring_->RetireAll();  // after a crash compute may still hold references
     // Walk positions: layers, the pinned globals, then the lm_head chunks (if any).
     std::vector<int> fixed = pins_;
     fixed.push_back(layout_.globals());
@@ -305,7 +301,7 @@ class TrunkReader {
   Clock::time_point t_serve_, t_busy_;
 };
 
-int Run(int argc, char** argv) {
+int Main(int argc, char** argv) {
   Flags f;
   CLI::App app{"k3-trunk-reader: pinned + streamed trunk layers into shared memory"};
   AddWeightServiceFlags(app, f);
@@ -320,4 +316,4 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace k3::svc
 
-int main(int argc, char** argv) { return k3::svc::Run(argc, argv); }
+int main(int argc, char** argv) { return k3::svc::Main(argc, argv); }
