@@ -1,5 +1,6 @@
 // One error type for the whole engine: a one-line message plus the process exit code it maps to.
-// Thrown by readers and validators; caught once in each main() which prints "k3: <message>".
+// Thrown by readers and validators; caught once in each main() (k3::RunMain, common/run_main.h),
+// which prints "<binary>: <message>".
 #pragma once
 #include <stdexcept>
 #include <string>

@@ -239,6 +239,16 @@ ByteRange LayerTrunkRange(const Checkpoint& ck, const ModelConfig& cfg, int laye
   return RangeOf(ck, LayerTrunkNames(cfg, layer), "layer " + std::to_string(layer) + " trunk");
 }
 
+ByteRange GlobalsRange(const Checkpoint& ck, GlobalsSet set) {
+  std::vector<std::string> all, kept;
+  for (ModelRole role : kModelRoles) {
+    all.push_back(ModelTensorName(role));
+    if (set.holds(role)) kept.push_back(all.back());
+  }
+  RangeOf(ck, all, "the model-level tensors (the globals run)");
+  return RangeOf(ck, kept, "the globals run");
+}
+
 ByteRange ExpertRange(const Checkpoint& ck, int layer, int expert) {
   const std::string what = "layer " + std::to_string(layer) + " expert " + std::to_string(expert);
   const ByteRange r = RangeOf(ck, ExpertTensorNames(layer, expert), what);

@@ -61,6 +61,8 @@ enum class TensorRole {
 
 // Model-level tensors.
 enum class ModelRole { kEmbedTokens, kLmHead, kNorm, kOutputAttnResNorm, kOutputAttnResProj };
+inline constexpr ModelRole kModelRoles[] = {ModelRole::kEmbedTokens, ModelRole::kLmHead, ModelRole::kNorm,
+                                            ModelRole::kOutputAttnResNorm, ModelRole::kOutputAttnResProj};
 
 // Routed expert projections: w1 = gate, w2 = down, w3 = up.
 enum class ExpertProj { kW1, kW2, kW3 };
@@ -106,6 +108,23 @@ ByteRange LayerTrunkRange(const Checkpoint& ck, const ModelConfig& cfg, int laye
 // One expert's six tensors; throws BadModel if missing, split across shards, or not contiguous
 // (the fetcher reads an expert with one request).
 ByteRange ExpertRange(const Checkpoint& ck, int layer, int expert);
+
+// Which model-level tensors the globals run holds: the embedding and lm_head leave it when
+// they are streamed (docs/pipeline.md "Streamed embedding and lm_head"); norm and
+// output_attn_res_* are always in it.
+struct GlobalsSet {
+  bool embed = true;
+  bool lm_head = true;
+  bool holds(ModelRole role) const {
+    return (role != ModelRole::kEmbedTokens || embed) && (role != ModelRole::kLmHead || lm_head);
+  }
+};
+
+// The globals run, the pseudo-layer num_layers of the trunk: [min offset, max end) of the
+// model-level tensors in `set`, read and pinned as one run. Throws BadModel if a model-level
+// tensor is missing or they are not all in one shard (streamed ones included: the whole
+// model level of a checkpoint sits in one shard).
+ByteRange GlobalsRange(const Checkpoint& ck, GlobalsSet set = {});
 
 // Checks that every tensor the config implies (trunk of every layer, every expert, the model
 // level) is present with the expected shape and a usable dtype: F32 or BF16 for trunk and

@@ -4,6 +4,7 @@
 
 #include "common/ipc/slot_table.h"
 #include "common/plan/head_stream.h"
+#include "common/read_window.h"
 
 namespace k3::launch {
 namespace {
@@ -41,20 +42,20 @@ ArenaSizes SizeArenas(const ModelLayout& m, const plan::MemoryPlan& p) {
   ArenaSizes a;
   // trunk-pinned: a header page, then every pinned layer and the globals run, each read
   // widened to 4096 bounds at a 4096-aligned offset.
-  a.pinned = plan::kIoAlign + plan::WidenedRun(GlobalsRun(pm, p.embed_resident, p.lm_head_resident));
+  a.pinned = static_cast<int64_t>(kReadAlign) + WidenedBytes(GlobalsRun(pm, p.embed_resident, p.lm_head_resident));
   int64_t widest_streamed = 0;
   for (int64_t l = 0; l < layers; ++l) {
-    const int64_t w = plan::WidenedRun(pm.trunk_bytes[static_cast<size_t>(l)]);
+    const int64_t w = WidenedBytes(pm.trunk_bytes[static_cast<size_t>(l)]);
     if (pinned[static_cast<size_t>(l)]) a.pinned += w;
     else widest_streamed = std::max(widest_streamed, w);
   }
   // trunk-ring slots hold the widest streamed layer and, when lm_head streams, one chunk of
   // lm_head rows (read widened); never less than a page.
-  int64_t slot = std::max(plan::kIoAlign, widest_streamed);
+  int64_t slot = std::max(static_cast<int64_t>(kReadAlign), widest_streamed);
   if (!p.lm_head_resident) {
     const int64_t small = std::clamp<int64_t>(pm.small_globals_bytes, 0, pm.lm_head_bytes);
     const int64_t row = RowBytes(pm.lm_head_row_bytes, pm.lm_head_bytes - small, m.cfg.vocab_size);
-    slot = std::max(slot, plan::WidenedRun(p.lm_head_chunk_rows * row));
+    slot = std::max(slot, WidenedBytes(p.lm_head_chunk_rows * row));
   }
   a.ring_slots = static_cast<uint32_t>(p.ring_slots);
   a.ring_slot_bytes = slot;
@@ -65,7 +66,7 @@ ArenaSizes SizeArenas(const ModelLayout& m, const plan::MemoryPlan& p) {
                      plan::EmbedRowStride(RowBytes(pm.embed_row_bytes, pm.embed_bytes, m.cfg.vocab_size));
   // experts: each slot takes the largest routed expert's run, widened.
   a.expert_slots = static_cast<uint32_t>(p.expert_slots);
-  a.expert_slot_bytes = plan::WidenedRun(pm.expert_bytes);
+  a.expert_slot_bytes = WidenedBytes(pm.expert_bytes);
   a.experts = SlotArena(p.expert_slots, a.expert_slot_bytes);
   return a;
 }

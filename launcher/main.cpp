@@ -1,13 +1,14 @@
 // k3-launch: reads the TOML + flags, plans the memory budget (printed before anything is
 // loaded), then runs the pipeline of services (run.cpp) or, with --dry-run, stops there.
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/id_list.h"
 #include "common/plan/memory_plan.h"
+#include "common/run_main.h"
 #include "model_layout.h"
 #include "options.h"
 #include "arena_sizes.h"
@@ -84,10 +85,7 @@ int Main(int argc, char** argv) {
   if (in.tokenizer_dir.empty() && std::filesystem::exists(std::filesystem::path(opt.model) / "tiktoken.model"))
     in.tokenizer_dir = opt.model;
   if (!opt.ids.empty()) {
-    in.ids = launch::ParseIdList(opt.ids, "--ids");
-    for (int32_t id : in.ids)
-      if (id < 0 || id >= m.cfg.vocab_size)
-        throw UsageError("--ids: id " + std::to_string(id) + " outside [0," + std::to_string(m.cfg.vocab_size) + ")");
+    for (int64_t id : ParseIdList(opt.ids, "--ids", m.cfg.vocab_size)) in.ids.push_back(static_cast<int32_t>(id));
   } else if (!opt.prompt.empty() || !opt.prompt_file.empty()) {
     in.has_text = true;
     in.text = opt.prompt;
@@ -114,13 +112,5 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
-  try {
-    return Main(argc, argv);
-  } catch (const k3::Error& e) {
-    std::fprintf(stderr, "k3-launch: %s\n", e.what());
-    return e.code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "k3-launch: %s\n", e.what());
-    return k3::kExitRuntime;
-  }
+  return k3::RunMain("k3-launch", [&] { return Main(argc, argv); });
 }

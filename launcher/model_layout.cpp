@@ -1,7 +1,6 @@
 #include "model_layout.h"
 
 #include <algorithm>
-#include <climits>
 #include <filesystem>
 
 #include "common/error.h"
@@ -10,12 +9,7 @@
 namespace k3::launch {
 namespace fs = std::filesystem;
 
-int64_t Widened(int64_t run_bytes) { return (run_bytes + 4095) / 4096 * 4096 + 4096; }
-
 namespace {
-
-const ModelRole kGlobals[] = {ModelRole::kEmbedTokens, ModelRole::kLmHead, ModelRole::kNorm,
-                              ModelRole::kOutputAttnResNorm, ModelRole::kOutputAttnResProj};
 
 std::string IndexPath(const std::string& dir) {
   for (const char* n : {"model.safetensors.index.json", "model.safetensors.index.json.gz"})
@@ -48,7 +42,7 @@ ModelLayout LoadModelLayout(const std::string& dir, bool allow_index_only) {
     for (int l = 0; l < m.cfg.num_layers; ++l)
       for (const std::string& n : LayerTrunkNames(m.cfg, l))
         if (!idx->weight_map.count(n)) throw BadModel(index_path + ": tensor " + n + " not in the index");
-    for (ModelRole r : kGlobals)
+    for (ModelRole r : kModelRoles)
       if (!idx->weight_map.count(ModelTensorName(r)))
         throw BadModel(index_path + ": tensor " + ModelTensorName(r) + " not in the index");
     m.num_tensors = static_cast<int64_t>(idx->weight_map.size());
@@ -73,15 +67,9 @@ ModelLayout LoadModelLayout(const std::string& dir, bool allow_index_only) {
       expert = std::max(expert, r.end - r.begin);
     }
   pm.expert_bytes = expert;
-  const TensorInfo& first = ck.at(ModelTensorName(kGlobals[0]));
-  m.globals = {first.shard, first.file_offset, first.file_offset + first.nbytes, 0};
-  for (ModelRole r : kGlobals) {
+  m.globals = GlobalsRange(ck);
+  for (ModelRole r : kModelRoles) {
     const TensorInfo& t = ck.at(ModelTensorName(r));
-    if (t.shard != m.globals.shard)
-      throw BadModel(dir + ": model-level tensors are split across shards (" + t.name + ")");
-    m.globals.begin = std::min(m.globals.begin, t.file_offset);
-    m.globals.end = std::max(m.globals.end, t.file_offset + t.nbytes);
-    m.globals.tensor_bytes += t.nbytes;
     if (r == ModelRole::kEmbedTokens) pm.embed_bytes = t.nbytes;
     else pm.lm_head_bytes += t.nbytes;
     if (r != ModelRole::kEmbedTokens && r != ModelRole::kLmHead) pm.small_globals_bytes += t.nbytes;
@@ -93,15 +81,8 @@ ModelLayout LoadModelLayout(const std::string& dir, bool allow_index_only) {
   // The pinned globals run is [min, max) of the model-level tensors kept resident, so the
   // plan charges what the trunk reader will really read (whatever the file order).
   for (int combo = 0; combo < 4; ++combo) {
-    const bool with_embed = combo & 1, with_head = combo & 2;
-    int64_t lo = INT64_MAX, hi = 0;
-    for (ModelRole r : kGlobals) {
-      if ((r == ModelRole::kEmbedTokens && !with_embed) || (r == ModelRole::kLmHead && !with_head)) continue;
-      const TensorInfo& t = ck.at(ModelTensorName(r));
-      lo = std::min(lo, t.file_offset);
-      hi = std::max(hi, t.file_offset + t.nbytes);
-    }
-    pm.globals_run[combo] = hi - lo;
+    const ByteRange g = GlobalsRange(ck, {(combo & 1) != 0, (combo & 2) != 0});
+    pm.globals_run[combo] = g.end - g.begin;
   }
   return m;
 }

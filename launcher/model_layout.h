@@ -25,7 +25,4 @@ struct ModelLayout {
 // Throws BadModel / UsageError. `allow_index_only`: fall back to the index when shards are absent.
 ModelLayout LoadModelLayout(const std::string& dir, bool allow_index_only);
 
-// roundup(run, 4096) + 4096: what an O_DIRECT read of the run needs (docs/pipeline.md).
-int64_t Widened(int64_t run_bytes);
-
 }  // namespace k3::launch

@@ -13,6 +13,8 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/id_list.h"
+#include "common/version.h"
 
 namespace k3::launch {
 namespace {
@@ -23,23 +25,6 @@ std::string ResolvePath(const std::string& base_dir, const std::string& p) {
 }
 
 }  // namespace
-
-std::vector<int32_t> ParseIdList(const std::string& text, const std::string& flag) {
-  const auto bad = [&] {
-    return UsageError(flag + ": expected comma-separated non-negative integers, got '" + text + "'");
-  };
-  std::vector<int32_t> ids;
-  std::stringstream ss(text);
-  std::string tok;
-  while (std::getline(ss, tok, ',')) {
-    if (tok.empty() || tok.size() > 10 || tok.find_first_not_of("0123456789") != std::string::npos) throw bad();
-    const long long v = std::stoll(tok);
-    if (v > INT32_MAX) throw UsageError(flag + ": id " + tok + " out of range");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty() || text.back() == ',') throw bad();
-  return ids;
-}
 
 int MaxThreads() {
   const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
@@ -119,6 +104,7 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
 std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   LaunchOptions cli;
   CLI::App app{"k3-launch: run Kimi K3 as a pipeline of services within a memory budget"};
+  app.set_version_flag("--version", VersionLine("k3-launch"));
   app.add_option("config", cli.config_path, "TOML configuration (configs/*.toml)")->required();
   app.add_option("--budget", cli.budget, "memory budget for everything: 8G, 32G, 128G, auto");
   app.add_option("--model", cli.model, "checkpoint directory (overrides the TOML)");
@@ -151,7 +137,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
                "benchmarks: compute times one read of the resident weights after every decode step");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     app.exit(e);
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
@@ -185,7 +171,11 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--inflight")) opt.inflight = cli.inflight;
   if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
   if (given("--expert-server")) opt.expert_server = cli.expert_server;
-  if (given("--stop-ids")) opt.stop_ids = ParseIdList(stop_ids, "--stop-ids");
+  if (given("--stop-ids")) {
+    opt.stop_ids.clear();
+    for (int64_t id : k3::ParseIdList(stop_ids, "--stop-ids", int64_t{INT32_MAX} + 1))
+      opt.stop_ids.push_back(static_cast<int32_t>(id));
+  }
   if (cli.quiet) opt.quiet = true;
   opt.dry_run = cli.dry_run;
   if (no_hints) opt.prefetch_hints = false;

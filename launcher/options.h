@@ -37,8 +37,6 @@ struct LaunchOptions {
   double shutdown_timeout = 5;    // seconds between Shutdown and SIGTERM
 };
 
-// Comma-separated non-negative int32 ids ("1,5,9"); UsageError naming `flag` otherwise.
-std::vector<int32_t> ParseIdList(const std::string& text, const std::string& flag);
 // The most compute threads k3-launch accepts: 4 x the online CPUs.
 int MaxThreads();
 

@@ -1,6 +1,7 @@
 #include "common/io/block_reader.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,8 +31,8 @@ const std::vector<std::string>& BlockReaderBackends() {
 
 std::unique_ptr<BlockReader> OpenBlockReader(std::string_view backend, const std::string& path,
                                              const ReaderOptions& opts) {
-  if (opts.threads < 1 || opts.queue_depth < 1 || opts.chunk_bytes < internal::kBlock ||
-      opts.chunk_bytes % internal::kBlock || opts.max_retries < 0)
+  if (opts.threads < 1 || opts.queue_depth < 1 || opts.chunk_bytes < kReadAlign ||
+      opts.chunk_bytes % kReadAlign || opts.max_retries < 0)
     throw UsageError("I/O options: threads and queue depth must be >= 1, chunk a multiple of 4096");
   if (backend == "direct") return internal::MakePosixReader(path, true, opts);
   if (backend == "pread") return internal::MakePosixReader(path, false, opts);
@@ -63,13 +64,23 @@ Window DirectWindow(const Chunk& c) {
   w.begin = AlignDown(c.offset);
   w.span = AlignUp(c.offset + c.length) - w.begin;
   w.need = c.offset + c.length - w.begin;
-  w.in_place = c.offset % kBlock == 0 && c.length % kBlock == 0 &&
-               reinterpret_cast<uintptr_t>(c.dst) % kBlock == 0;
+  w.in_place = c.offset % kReadAlign == 0 && c.length % kReadAlign == 0 &&
+               reinterpret_cast<uintptr_t>(c.dst) % kReadAlign == 0;
   return w;
 }
 
+uint64_t FileSizeOrClose(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw RuntimeFailure(path + ": cannot stat: " + std::strerror(err));
+  }
+  return static_cast<uint64_t>(st.st_size);
+}
+
 AlignedBuffer AllocAligned(uint64_t bytes) {
-  void* p = std::aligned_alloc(kBlock, AlignUp(std::max<uint64_t>(bytes, 1)));
+  void* p = std::aligned_alloc(kReadAlign, AlignUp(std::max<uint64_t>(bytes, 1)));
   if (!p) throw RuntimeFailure("out of memory allocating a " + std::to_string(bytes) + "-byte I/O buffer");
   return AlignedBuffer(static_cast<uint8_t*>(p));
 }

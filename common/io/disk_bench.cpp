@@ -11,24 +11,27 @@
 #include "common/io/block_reader.h"
 #include "common/io/io_internal.h"
 #include "common/process_init.h"
+#include "common/run_main.h"
+#include "common/version.h"
 
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
   CLI::App app{"k3-disk-bench: sequential read bandwidth of one file"};
+  app.set_version_flag("--version", k3::VersionLine("k3-disk-bench"));
   std::string file, backend = "direct";
   int depth = 8;
   uint64_t chunk = 4u << 20, limit = 0;
   app.add_option("file", file, "file to read")->required();
   app.add_option("--backend", backend, "direct | pread | uring | mmap");
   app.add_option("--depth", depth, "requests in flight (threads for direct/pread)")->check(CLI::Range(1, 1024));
-  app.add_option("--chunk", chunk, "bytes per request (multiple of 4096)");
+  app.add_option("--chunk", chunk, "bytes per request (a multiple of 4096, the read-window block)");
   app.add_option("--bytes", limit, "read at most this many bytes (0 = whole file)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? k3::kExitOk : k3::kExitUsage;
   }
-  try {
+  return k3::RunMain("k3-disk-bench", [&] {
     k3::io::ReaderOptions opts;
     opts.threads = depth;
     opts.queue_depth = depth;
@@ -49,8 +52,5 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(total), reader->backend(), depth,
                 static_cast<unsigned long long>(chunk), s, s > 0 ? total / s / 1e6 : 0.0);
     return k3::kExitOk;
-  } catch (const k3::Error& e) {
-    std::fprintf(stderr, "k3-disk-bench: %s\n", e.what());
-    return e.code();
-  }
+  });
 }

@@ -8,13 +8,12 @@
 #include <vector>
 
 #include "common/io/block_reader.h"
+#include "common/read_window.h"
 
 namespace k3::io::internal {
 
-inline constexpr uint64_t kBlock = 4096;  // O_DIRECT alignment of offset, length and memory
-
-inline uint64_t AlignDown(uint64_t v) { return v / kBlock * kBlock; }
-inline uint64_t AlignUp(uint64_t v) { return (v + kBlock - 1) / kBlock * kBlock; }
+// O_DIRECT's alignment of offset, length and memory, and the rounding to it, are the read
+// window's (common/read_window.h): k3::kReadAlign, k3::AlignDown, k3::AlignUp.
 
 // One piece of a request, at most chunk_bytes long.
 struct Chunk {
@@ -48,6 +47,10 @@ void PreadAtLeast(int fd, uint8_t* buf, uint64_t cap, uint64_t need, uint64_t of
 
 [[noreturn]] void ThrowShortRead(const std::string& path, uint64_t offset, uint64_t got, uint64_t need);
 [[noreturn]] void ThrowIoError(const std::string& path, uint64_t offset, int err);
+
+// Size of the open file `fd`; on failure closes `fd` and throws k3::Error(kExitRuntime)
+// naming `path`.
+uint64_t FileSizeOrClose(int fd, const std::string& path);
 
 // Backend constructors (opened file, options).
 std::unique_ptr<BlockReader> MakePosixReader(const std::string& path, bool direct, const ReaderOptions& o);

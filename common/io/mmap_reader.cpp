@@ -37,13 +37,7 @@ class MmapReader final : public BlockReader {
 std::unique_ptr<BlockReader> MakeMmapReader(const std::string& path, const ReaderOptions&) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw RuntimeFailure(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw RuntimeFailure(path + ": cannot stat: " + std::strerror(err));
-  }
-  const auto size = static_cast<uint64_t>(st.st_size);
+  const uint64_t size = FileSizeOrClose(fd, path);
   const uint8_t* base = nullptr;
   if (size > 0) {
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);

@@ -68,7 +68,7 @@ class PosixReader final : public BlockReader {
         PreadAtLeast(fd_, c.dst, w.span, w.need, w.begin, path(), opts_.max_retries);
         continue;
       }
-      if (!bounce) bounce = AllocAligned(opts_.chunk_bytes + 2 * kBlock);
+      if (!bounce) bounce = AllocAligned(opts_.chunk_bytes + 2 * kReadAlign);
       PreadAtLeast(fd_, bounce.get(), w.span, w.need, w.begin, path(), opts_.max_retries);
       std::memcpy(c.dst, bounce.get() + (c.offset - w.begin), c.length);
     }
@@ -89,13 +89,8 @@ std::unique_ptr<BlockReader> MakePosixReader(const std::string& path, bool direc
       throw RuntimeFailure(path + ": the filesystem does not support O_DIRECT (use --io pread or uring)");
     throw RuntimeFailure(path + ": cannot open: " + std::strerror(err));
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw RuntimeFailure(path + ": cannot stat: " + std::strerror(err));
-  }
-  return std::make_unique<PosixReader>(path, static_cast<uint64_t>(st.st_size), fd, direct, o);
+  const uint64_t size = FileSizeOrClose(fd, path);
+  return std::make_unique<PosixReader>(path, size, fd, direct, o);
 }
 
 }  // namespace k3::io::internal

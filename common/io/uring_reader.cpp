@@ -56,7 +56,7 @@ class UringReader final : public BlockReader {
           if (w.in_place) {
             s.buf = s.chunk.dst;
           } else {
-            if (!s.bounce) s.bounce = AllocAligned(opts_.chunk_bytes + 2 * kBlock);
+            if (!s.bounce) s.bounce = AllocAligned(opts_.chunk_bytes + 2 * kReadAlign);
             s.buf = s.bounce.get();
           }
         } else {
@@ -150,13 +150,8 @@ std::unique_ptr<BlockReader> MakeUringReader(const std::string& path, const Read
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   }
   if (fd < 0) throw RuntimeFailure(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw RuntimeFailure(path + ": cannot stat: " + std::strerror(err));
-  }
-  return std::make_unique<UringReader>(path, static_cast<uint64_t>(st.st_size), fd, direct, o);
+  const uint64_t size = FileSizeOrClose(fd, path);
+  return std::make_unique<UringReader>(path, size, fd, direct, o);
 }
 
 }  // namespace k3::io::internal

@@ -107,6 +107,13 @@ uint64_t SlotTable::Publish(uint32_t slot) {
   return next;
 }
 
+void SlotTable::RetireAll() {
+  for (uint32_t s = 0; s < count_; ++s) {
+    BeginFill(s);
+    Publish(s);
+  }
+}
+
 uint64_t SlotTable::generation(uint32_t slot) const {
   CheckSlot(slot);
   return __atomic_load_n(gens() + slot, __ATOMIC_ACQUIRE);

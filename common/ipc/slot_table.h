@@ -20,6 +20,7 @@
 #include <span>
 
 #include "common/ipc/shm_arena.h"
+#include "common/read_window.h"
 
 namespace k3::ipc {
 
@@ -30,7 +31,7 @@ struct SlotRef {
 
 class SlotTable {
  public:
-  static constexpr uint64_t kAlign = 4096;
+  static constexpr uint64_t kAlign = kReadAlign;  // a slot is an O_DIRECT destination
   // Arena bytes needed for `slots` slots of `slot_bytes` each.
   static size_t BytesNeeded(uint32_t slots, uint64_t slot_bytes);
   // Writer: writes a fresh header (all generations 0) into a writable arena.
@@ -47,6 +48,9 @@ class SlotTable {
   uint8_t* BeginFill(uint32_t slot);
   // Makes the slot's bytes visible under a new generation, which it returns.
   uint64_t Publish(uint32_t slot);
+  // Moves every slot's generation on, so no reference taken before stays current: what a
+  // (re)started writer does first, since a reader may still hold references from before a crash.
+  void RetireAll();
 
   // Reader side.
   uint64_t generation(uint32_t slot) const;

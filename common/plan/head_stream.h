@@ -5,20 +5,15 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/read_window.h"
+
 namespace k3::plan {
-
-inline constexpr int64_t kIoAlign = 4096;
-inline int64_t IoAlignUp(int64_t v) { return (v + kIoAlign - 1) / kIoAlign * kIoAlign; }
-inline int64_t IoAlignDown(int64_t v) { return v / kIoAlign * kIoAlign; }
-
-// A run of n bytes starting anywhere, read widened to 4096 bounds, needs at most this much.
-inline int64_t WidenedRun(int64_t n) { return IoAlignUp(n) + kIoAlign; }
 
 // lm_head rows per ring chunk: the largest row count whose widened run fits one ring slot
 // (0 when not even one row fits), capped at the vocabulary.
 inline int64_t LmHeadChunkRows(int64_t slot_bytes, int64_t row_bytes, int64_t vocab) {
   if (row_bytes <= 0 || vocab <= 0) return 0;
-  const int64_t room = IoAlignDown(slot_bytes) - kIoAlign;
+  const int64_t room = AlignDown(slot_bytes) - static_cast<int64_t>(kReadAlign);
   return room <= 0 ? 0 : std::min(vocab, room / row_bytes);
 }
 inline int64_t LmHeadChunks(int64_t rows_per_chunk, int64_t vocab) {
@@ -26,6 +21,6 @@ inline int64_t LmHeadChunks(int64_t rows_per_chunk, int64_t vocab) {
 }
 
 // One embedding row in the embed-window arena: its widened read, 4096-aligned.
-inline int64_t EmbedRowStride(int64_t row_bytes) { return WidenedRun(row_bytes); }
+inline int64_t EmbedRowStride(int64_t row_bytes) { return WidenedBytes(row_bytes); }
 
 }  // namespace k3::plan

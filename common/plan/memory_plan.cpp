@@ -14,14 +14,13 @@
 #include "common/ipc/slot_table.h"
 #include "common/tensor_names.h"
 #include "common/plan/head_stream.h"
+#include "common/read_window.h"
 
 namespace k3::plan {
 namespace {
 
-constexpr int64_t kPage = 4096;
-int64_t AlignUp(int64_t v) { return (v + kPage - 1) / kPage * kPage; }
-// A layer's trunk run starts anywhere in its shard; O_DIRECT widens it to 4096 bounds.
-int64_t Widened(int64_t run) { return AlignUp(run) + kPage; }
+// One aligned block: the arena header page, and the smallest ring slot.
+constexpr int64_t kPage = static_cast<int64_t>(kReadAlign);
 
 int64_t SlotArena(int64_t slots, int64_t slot_bytes) {
   if (slots <= 0) return 0;
@@ -97,25 +96,25 @@ Layout LayoutFor(const PlanModel& m, const std::vector<Candidate>& cands, size_t
       l.lm_pinned = true;
       continue;
     }
-    l.pinned += Widened(cands[i].bytes);
+    l.pinned += WidenedBytes(cands[i].bytes);
     l.trunk_pinned_raw += cands[i].bytes;
   }
   l.globals = m.globals_run[(embed_resident ? 1 : 0) | (l.lm_pinned ? 2 : 0)];
-  l.pinned += kPage + Widened(l.globals);
+  l.pinned += kPage + WidenedBytes(l.globals);
   for (size_t i = k; i < cands.size(); ++i)
-    if (cands[i].layer >= 0) l.ring_slot = std::max(l.ring_slot, Widened(cands[i].bytes));
+    if (cands[i].layer >= 0) l.ring_slot = std::max(l.ring_slot, WidenedBytes(cands[i].bytes));
   const int64_t V = m.cfg.vocab_size;
   const int64_t layer_slot = l.ring_slot;
   if (!l.lm_pinned) {
     // lm_head streams through the ring in row chunks: at least one row per slot, and a
     // window-sized chunk when no trunk layer streams.
     const int64_t lm_tensor = m.lm_head_row_bytes * V;
-    if (l.ring_slot == 0) l.ring_slot = Widened(std::min(lm_tensor, std::max(o.lm_head_window, m.lm_head_row_bytes)));
-    l.ring_slot = std::max(l.ring_slot, WidenedRun(m.lm_head_row_bytes) + kPage);
+    if (l.ring_slot == 0) l.ring_slot = WidenedBytes(std::min(lm_tensor, std::max(o.lm_head_window, m.lm_head_row_bytes)));
+    l.ring_slot = std::max(l.ring_slot, WidenedBytes(m.lm_head_row_bytes) + kPage);
     l.lm_rows = LmHeadChunkRows(l.ring_slot, m.lm_head_row_bytes, V);
     // The slot is what is read into it: the widest streamed layer or one widened chunk of
     // rows (the launcher sizes the arena from the layout the same way and compares).
-    l.ring_slot = std::max(layer_slot, WidenedRun(l.lm_rows * m.lm_head_row_bytes));
+    l.ring_slot = std::max(layer_slot, WidenedBytes(l.lm_rows * m.lm_head_row_bytes));
     l.lm_rows = LmHeadChunkRows(l.ring_slot, m.lm_head_row_bytes, V);
     l.lm_chunks = LmHeadChunks(l.lm_rows, V);
   }
@@ -203,7 +202,7 @@ bool WithinCap(const PlanModel& m, const std::vector<Candidate>& cands, size_t k
 int64_t FloorOf(const PlanModel& m, const PlanOptions& o) {
   const auto cands = Candidates(m);
   const Fixed f = FixedCosts(m, o);
-  const int64_t min_experts = SlotArena(m.cfg.top_k, Widened(m.expert_bytes));
+  const int64_t min_experts = SlotArena(m.cfg.top_k, WidenedBytes(m.expert_bytes));
   int64_t floor = INT64_MAX;
   for (size_t k = 0; k <= cands.size(); ++k)
     if (WithinCap(m, cands, k, o)) floor = std::min(floor, Required(m, cands, k, o, f, min_experts));
@@ -228,7 +227,7 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
   const auto cands = Candidates(m);
   const Fixed f = FixedCosts(m, o);
   // The fetcher reads an expert's run widened to 4096 bounds straight into its slot.
-  const int64_t expert_slot = Widened(m.expert_bytes);
+  const int64_t expert_slot = WidenedBytes(m.expert_bytes);
   const int64_t min_experts = SlotArena(m.cfg.top_k, expert_slot);
 
   // Largest prefix of candidates that fits (feasibility is monotone in the budget for each

@@ -29,7 +29,11 @@ ControlLink::ControlLink(zmq::context_t& ctx, const std::string& endpoint, const
     : service_(service), sock_(ctx, zmq::socket_type::dealer) {
   sock_.set(zmq::sockopt::routing_id, service);
   sock_.set(zmq::sockopt::linger, 200);
-  sock_.connect(endpoint);
+  try {
+    sock_.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    throw UsageError("--control " + endpoint + ": " + e.what());
+  }
 }
 
 void ControlLink::Hello() { ipc::SendMessage(sock_, ipc::Encode(ipc::control::Hello{service_, ::getpid()})); }

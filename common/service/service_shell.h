@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <exception>
 #include <initializer_list>
 #include <iostream>
 #include <string>
@@ -18,7 +17,8 @@
 #include <vector>
 
 #include "common/error.h"
-
+#include "common/run_main.h"
+#include "common/version.h"
 #include "common/ipc/messages.h"
 #include "common/ipc/zmq_channel.h"
 
@@ -86,26 +86,21 @@ double MBps(uint64_t bytes, double seconds);  // 1e6-byte megabytes per second (
 // be stopped inside a request by a Shutdown also has Interrupted() (then exit 5 as for a signal).
 template <class Service, class... Args>
 int RunServiceLifecycle(const char* binary, ControlLink& ctl, Args&&... args) {
-  try {
-    ctl.Hello();
-    Service service(std::forward<Args>(args)...);
-    service.Start();
-    ctl.Ready(service.StartStats());
-    service.Serve();
-    service.Finish();
-    if (const std::vector<ipc::control::Stat> stats = service.FinalStats(); !stats.empty()) ctl.Stats(stats);
-    bool interrupted = StopRequested();
-    if constexpr (requires { service.Interrupted(); }) interrupted = interrupted || service.Interrupted();
-    return interrupted ? kExitInterrupted : kExitOk;
-  } catch (const Error& e) {
-    std::cerr << binary << ": " << e.what() << "\n";
-    ctl.Dead(e.code(), e.what());
-    return e.code();
-  } catch (const std::exception& e) {
-    std::cerr << binary << ": " << e.what() << "\n";
-    ctl.Dead(kExitRuntime, e.what());
-    return kExitRuntime;
-  }
+  return k3::RunMain(
+      binary,
+      [&] {
+        ctl.Hello();
+        Service service(std::forward<Args>(args)...);
+        service.Start();
+        ctl.Ready(service.StartStats());
+        service.Serve();
+        service.Finish();
+        if (const std::vector<ipc::control::Stat> stats = service.FinalStats(); !stats.empty()) ctl.Stats(stats);
+        bool interrupted = StopRequested();
+        if constexpr (requires { service.Interrupted(); }) interrupted = interrupted || service.Interrupted();
+        return interrupted ? kExitInterrupted : kExitOk;
+      },
+      [&](ExitCode code, const std::string& why) { ctl.Dead(code, why); });
 }
 
 // The flags every weight service takes; a service's own Flags derive from this.
@@ -117,21 +112,25 @@ struct WeightServiceFlags {
 // Registers --model, --control and --bind (required), --io and --inflight on `app`.
 void AddWeightServiceFlags(CLI::App& app, WeightServiceFlags& f);
 
-// The main() of a weight service: parses `app` (help: exit 0; bad flags: exit 2, the usage
-// code), installs the stop signals, connects to the launcher as `service` and runs the
-// lifecycle with Service(flags, ctx, ctl).
+// The main() of a weight service: parses `app` (--help, --version: exit 0; bad flags: exit 2,
+// the usage code), installs the stop signals, connects to the launcher as `service` and runs
+// the lifecycle with Service(flags, ctx, ctl). A control endpoint that cannot be connected is
+// an error like any other (one line, exit 1).
 template <class Service, class Flags>
 int RunWeightService(CLI::App& app, int argc, char** argv, const Flags& f, const char* binary,
                      const char* service) {
+  app.set_version_flag("--version", VersionLine(binary));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   InstallStopSignals();
-  zmq::context_t ctx;
-  ControlLink ctl(ctx, f.control, service);
-  return RunServiceLifecycle<Service>(binary, ctl, f, ctx, ctl);
+  return k3::RunMain(binary, [&] {
+    zmq::context_t ctx;
+    ControlLink ctl(ctx, f.control, service);
+    return RunServiceLifecycle<Service>(binary, ctl, f, ctx, ctl);
+  });
 }
 
 }  // namespace k3::svc

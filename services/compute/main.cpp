@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
-#include <exception>
 #include <string>
 
-#include "../../common/error.h"
+#include "common/error.h"
+#include "common/id_list.h"
 #include "common/process_init.h"
+#include "common/run_main.h"
+#include "common/version.h"
 #include "compute_service.h"
 #include "omp_policy.h"
 #include "standalone.h"
@@ -35,6 +38,7 @@ int main(int argc, char** argv) {
   std::string ids_text;
   double mla_eps = 0;
   CLI::App app{"k3-compute: Kimi K3 forward pass"};
+  app.set_version_flag("--version", k3::VersionLine("k3-compute"));
   app.add_option("--standalone", opt.model_dir, "checkpoint directory (standalone mode)");
   app.add_option("--ids", ids_text, "prompt token ids, comma separated");
   app.add_option("--gen", opt.gen, "greedy tokens to generate (0 = prefill only)");
@@ -74,13 +78,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0));
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "k3-compute: %s\n", e.what());
+    k3::PrintError("k3-compute", e.what());
     return k3::kExitUsage;
   }
-  try {
+  return k3::RunMain("k3-compute", [&] {
     if (app.get_option("--threads")->count() > 0) CheckThreads(opt.threads);
     if (pipeline) {
       pipe.threads = opt.threads;
@@ -93,14 +97,8 @@ int main(int argc, char** argv) {
     if (opt.model_dir.empty())
       throw k3::UsageError("only --standalone MODEL_DIR is implemented so far");
     if (ids_text.empty()) throw k3::UsageError("--ids is required");
-    opt.ids = k3::compute::ParseIds(ids_text);
+    for (int64_t id : k3::ParseIdList(ids_text, "--ids", int64_t{INT32_MAX} + 1)) opt.ids.push_back(static_cast<int32_t>(id));
     if (eps_opt->count() > 0) opt.mla_norm_eps = mla_eps;
     return k3::compute::RunStandalone(opt);
-  } catch (const k3::Error& e) {
-    std::fprintf(stderr, "k3-compute: %s\n", e.what());
-    return e.code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "k3-compute: %s\n", e.what());
-    return k3::kExitRuntime;
-  }
+  });
 }

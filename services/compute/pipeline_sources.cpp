@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/ipc/protocol.h"
 #include "common/plan/head_stream.h"
+#include "common/read_window.h"
 #include "common/tensor_names.h"
 
 namespace k3::compute {
@@ -14,9 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-const ModelRole kGlobals[] = {ModelRole::kEmbedTokens, ModelRole::kLmHead, ModelRole::kNorm,
-                              ModelRole::kOutputAttnResNorm, ModelRole::kOutputAttnResProj};
 
 }  // namespace
 
@@ -38,24 +36,10 @@ PipelineLayerSource::PipelineLayerSource(const ModelConfig& cfg, const Checkpoin
     begin_.push_back(r.begin);
     shard_.push_back(r.shard);
   }
-  // Globals pseudo-layer: [min offset, max end) of the model-level tensors, one shard.
-  const TensorInfo& first = ck.at(ModelTensorName(kGlobals[0]));
-  int64_t b = first.file_offset;
-  for (ModelRole role : kGlobals) {
-    const TensorInfo& t = ck.at(ModelTensorName(role));
-    if (t.shard != first.shard) throw BadModel("model-level tensors are split across shards (" + t.name + ")");
-    b = std::min(b, t.file_offset);
-  }
-  begin_.push_back(b);
-  shard_.push_back(first.shard);
-  // The globals run holds only the tensors kept resident; its first byte moves accordingly.
-  int64_t resident_begin = INT64_MAX;
-  for (ModelRole role : kGlobals) {
-    if ((role == ModelRole::kEmbedTokens && stream_.embed_window) || (role == ModelRole::kLmHead && stream_.lm_head))
-      continue;
-    resident_begin = std::min(resident_begin, ck.at(ModelTensorName(role)).file_offset);
-  }
-  begin_.back() = resident_begin;
+  // Globals pseudo-layer: the run of the model-level tensors kept resident.
+  const ByteRange g = GlobalsRange(ck, {!stream_.embed_window, !stream_.lm_head});
+  begin_.push_back(g.begin);
+  shard_.push_back(g.shard);
   if (stream_.lm_head) {
     const TensorInfo& t = ck.at(ModelTensorName(ModelRole::kLmHead));
     lm_chunk_rows_ = plan::LmHeadChunkRows(static_cast<int64_t>(ring_.slot_bytes()), t.nbytes / cfg.vocab_size,
@@ -328,9 +312,11 @@ ExpertWeights PipelineExpertSource::Acquire(int64_t layer, int32_t expert) {
     auto it = refs_.find(expert);
     if (it != refs_.end()) {
       const auto bytes = table_.Read(it->second);
-      if (!bytes.empty() && static_cast<uint64_t>(range.end - range.begin + range.begin % 4096) <= bytes.size()) {
-        // The fetcher reads the run widened to 4096 bounds: byte b is at slot + (b - align_down(begin)).
-        const uint8_t* base = bytes.data() + (range.begin % 4096);
+      // The fetcher reads the run through its window (common/read_window.h): byte b is at
+      // slot + lead + (b - begin).
+      const int64_t lead = range.begin - AlignDown(range.begin);
+      if (!bytes.empty() && static_cast<uint64_t>(range.end - range.begin + lead) <= bytes.size()) {
+        const uint8_t* base = bytes.data() + lead;
         TensorResolver find = [&](const std::string& name) {
           const TensorInfo& info = ck_.at(name);
           return RawTensor{base + (info.file_offset - range.begin), &info};

@@ -42,22 +42,6 @@ void WriteFile(const std::string& path, const void* data, size_t bytes) {
 
 }  // namespace
 
-std::vector<int32_t> ParseIds(const std::string& text) {
-  std::vector<int32_t> ids;
-  size_t i = 0;
-  while (i <= text.size()) {
-    const size_t j = std::min(text.find(',', i), text.size());
-    const std::string tok = text.substr(i, j - i);
-    if (tok.empty() || tok.size() > 10 || tok.find_first_not_of("0123456789") != std::string::npos)
-      throw UsageError("--ids: expected comma-separated non-negative integers, got '" + text + "'");
-    const long long v = std::stoll(tok);
-    if (v > INT32_MAX) throw UsageError("--ids: id " + tok + " out of range");
-    ids.push_back(static_cast<int32_t>(v));
-    i = j + 1;
-  }
-  return ids;
-}
-
 int RunStandalone(const StandaloneOptions& opt) {
   if (opt.ids.empty()) throw UsageError("--ids: at least one id is required");
   if (opt.gen < 0) throw UsageError("--gen must be >= 0");

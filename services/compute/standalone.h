@@ -24,9 +24,6 @@ struct StandaloneOptions {
   bool prefetch_hints = false;        // next-layer expert guesses (expert_hints.h); here: recall only
 };
 
-// Parses "1,2,3" (throws UsageError on anything else).
-std::vector<int32_t> ParseIds(const std::string& text);
-
 // Runs and returns the process exit code (0); throws k3::Error on failure.
 int RunStandalone(const StandaloneOptions& opt);
 

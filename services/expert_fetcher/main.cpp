@@ -20,14 +20,14 @@
 #include "common/ipc/slot_table.h"
 #include "common/ipc/zmq_channel.h"
 #include "common/model_config.h"
+#include "common/read_window.h"
 #include "common/safetensors.h"
+#include "common/service/read_worker.h"
+#include "common/service/service_shell.h"
 #include "common/tensor_names.h"
 #include "services/expert_fetcher/cache_trace.h"
 #include "services/expert_fetcher/expert_cache.h"
 #include "services/expert_fetcher/remote_reads.h"
-#include "common/service/read_worker.h"
-#include "common/service/service_shell.h"
-#include "services/trunk_reader/trunk_layout.h"
 #include "common/process_init.h"
 
 namespace k3::svc {
@@ -58,20 +58,16 @@ class ExpertFetcher {
     cfg_ = LoadModelConfig(f_.model + "/config.json");
     arena_ = ipc::ShmArena::Open(f_.arena, true);
     table_.emplace(ipc::SlotTable::Attach(arena_));
-    // After a crash compute may still hold references: move every generation on.
-    for (uint32_t s = 0; s < table_->slot_count(); ++s) {
-      table_->BeginFill(s);
-      table_->Publish(s);
-    }
+    table_->RetireAll();  // after a crash compute may still hold references
     worker_.emplace(ctx_, "experts-io", f_.io, ck_->shard_paths(), f_.inflight);
     for (size_t i = 0; i < ck_->shard_paths().size(); ++i) sizes_.push_back(worker_->file_size(static_cast<int>(i)));
-    // Every expert must fit a slot with its read window widened (the first byte then sits at
-    // begin % 4096 inside the slot, which compute derives from the shard header).
+    // Every expert must fit a slot with its read window (the first byte then sits `lead` bytes
+    // into the slot, which compute derives from the shard header).
     uint64_t widest = 0;
     for (int l = static_cast<int>(cfg_.first_k_dense_replace); l < cfg_.num_layers; ++l)
       for (int e = 0; e < cfg_.num_experts; ++e) {
         const ReadRun& r = Run(l, e);
-        widest = std::max(widest, r.wend - r.wbegin);
+        widest = std::max(widest, r.wlength());
       }
     if (widest > table_->slot_bytes())
       throw RuntimeFailure(f_.arena + ": expert slots hold " + std::to_string(table_->slot_bytes()) +
@@ -157,7 +153,7 @@ class ExpertFetcher {
   }
 
  private:
-  // Where one expert's six tensors are read from (widened to 4096 bounds, clamped to the file).
+  // Where one expert's six tensors are read from (common/read_window.h).
   const ReadRun& Run(int layer, int expert) {
     const uint64_t key = ExpertKey{layer, expert}.packed();
     auto it = runs_.find(key);
@@ -188,9 +184,9 @@ class ExpertFetcher {
     uint8_t* dst = table_->BeginFill(*victim);
     if (ReadsPending() == 0) t_busy_ = Clock::now();
     if (remote_) {  // the same bytes at the same place in the slot, from the server
-      remote_->Submit(*victim, key.layer, key.expert, dst + (r.begin - r.wbegin), r.end - r.begin);
+      remote_->Submit(*victim, key.layer, key.expert, dst + r.lead(), r.length());
     } else {
-      worker_->Submit({*victim, r.shard, {{r.wbegin, r.wend - r.wbegin, dst}}});
+      worker_->Submit({*victim, r.shard, {{r.wbegin, r.wlength(), dst}}});
     }
     demand_fill_[*victim] = demand;
     if (demand) ++demand_inflight_;
@@ -338,7 +334,7 @@ class ExpertFetcher {
   Clock::time_point t_busy_;
 };
 
-int RunMain(int argc, char** argv) {
+int Main(int argc, char** argv) {
   Flags f;
   CLI::App app{"k3-expert-fetcher: routed experts into the shared expert arena (LRU)"};
   AddWeightServiceFlags(app, f);
@@ -356,5 +352,5 @@ int RunMain(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
-  return k3::svc::RunMain(argc, argv);
+  return k3::svc::Main(argc, argv);
 }

@@ -26,12 +26,14 @@
 #include "common/ipc/protocol.h"
 #include "common/ipc/zmq_channel.h"
 #include "common/model_config.h"
+#include "common/read_window.h"
+#include "common/run_main.h"
+#include "common/version.h"
 #include "common/safetensors.h"
 #include "common/service/read_worker.h"
 #include "common/service/service_shell.h"
 #include "common/tensor_names.h"
 #include "services/expert_server/buffer_pool.h"
-#include "services/trunk_reader/trunk_layout.h"
 #include "common/process_init.h"
 
 namespace k3::svc {
@@ -70,7 +72,11 @@ class ExpertServer {
     worker_.emplace(ctx_, "expert-server-io", f_.io, ck_->shard_paths(), f_.inflight);
     router_.emplace(ctx_, zmq::socket_type::router);
     router_->set(zmq::sockopt::linger, 0);
-    router_->bind(f_.bind);
+    try {
+      router_->bind(f_.bind);
+    } catch (const zmq::error_t& e) {
+      throw RuntimeFailure(f_.bind + ": " + e.what());
+    }
     std::fprintf(stderr, "[expert-server] %s: %lld MoE layers x %lld experts, %s reads, serving on %s\n",
                  f_.model.c_str(), static_cast<long long>(cfg_.moe_layers()),
                  static_cast<long long>(cfg_.num_experts), worker_->backend(), f_.bind.c_str());
@@ -168,9 +174,10 @@ class ExpertServer {
   ipc::RejectCounter rejects_;
 };
 
-int RunMain(int argc, char** argv) {
+int Main(int argc, char** argv) {
   Flags f;
   CLI::App app{"k3-expert-server: routed-expert bytes over ZeroMQ for a k3-expert-fetcher --remote"};
+  app.set_version_flag("--version", VersionLine("k3-expert-server"));
   app.add_option("--model", f.model, "checkpoint directory")->required();
   app.add_option("--bind", f.bind, "endpoint to bind, e.g. tcp://*:5557")->required();
   app.add_option("--io", f.io, "read backend: direct, pread, uring, mmap");
@@ -181,21 +188,15 @@ int RunMain(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   InstallStopSignals();
-  try {
-    BufferPool pool(kAlign, 64);  // declared before the context: destroyed after it
+  return k3::RunMain("k3-expert-server", [&] {
+    BufferPool pool(kReadAlign, 64);  // declared before the context: destroyed after it
     zmq::context_t ctx;
     ExpertServer server(f, ctx, pool);
     server.Start();
     server.Serve();
     server.Report();
     return kExitInterrupted;  // it only stops on a signal
-  } catch (const Error& e) {
-    std::cerr << "k3-expert-server: " << e.what() << "\n";
-    return e.code();
-  } catch (const zmq::error_t& e) {
-    std::cerr << "k3-expert-server: " << f.bind << ": " << e.what() << "\n";
-    return kExitRuntime;
-  }
+  });
 }
 
 }  // namespace
@@ -203,5 +204,5 @@ int RunMain(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
-  return k3::svc::RunMain(argc, argv);
+  return k3::svc::Main(argc, argv);
 }

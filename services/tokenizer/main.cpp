@@ -7,13 +7,15 @@
 //   serve  --vocab DIR --control EP --bind EP  the pipeline service (serve.h, docs/pipeline.md)
 // Errors print "k3-tokenizer: <message>" and exit with the k3::ExitCode of the error.
 #include <CLI/CLI.hpp>
-#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
-#include "../../common/error.h"
+#include "common/error.h"
+#include "common/id_list.h"
+#include "common/run_main.h"
+#include "common/version.h"
 #include "common/process_init.h"
 #include "chat_template.h"
 #include "history.h"
@@ -39,22 +41,8 @@ std::string ReadAll(const std::string& path) {
 // command line a usage error.
 std::vector<uint32_t> ParseIds(const std::string& text, const std::string& source, bool from_file) {
   std::vector<uint32_t> ids;
-  if (text.empty()) return ids;
-  size_t p = 0;
-  while (p <= text.size()) {
-    size_t comma = text.find(',', p);
-    if (comma == std::string::npos) comma = text.size();
-    const std::string_view item(text.data() + p, comma - p);
-    uint32_t v = 0;
-    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size())
-    {
-      const std::string msg = source + ": \"" + std::string(item) + "\" is not a token id";
-      throw from_file ? k3::BadInput(msg) : k3::UsageError(msg);
-    }
-    ids.push_back(v);
-    p = comma + 1;
-  }
+  for (int64_t id : k3::ParseIdList(text, source, int64_t{1} << 32, from_file ? k3::kExitBadInput : k3::kExitUsage))
+    ids.push_back(static_cast<uint32_t>(id));
   return ids;
 }
 
@@ -74,6 +62,7 @@ void PrintIds(const std::vector<uint32_t>& ids) {
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
   CLI::App app{"k3-tokenizer: K3 text <-> token ids and the XTML chat format"};
+  app.set_version_flag("--version", k3::VersionLine("k3-tokenizer"));
   app.require_subcommand(1);
   std::string vocab, file, ids_text, history, effort = "max";
   bool no_think = false;
@@ -101,12 +90,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    std::fprintf(stderr, "k3-tokenizer: %s\n", e.what());
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    k3::PrintError("k3-tokenizer", e.what());
     return k3::kExitUsage;
   }
-  if (serve->parsed()) return k3::tok::Serve(serve_opt);  // reports its own errors
-  try {
+  // Serve reports its own errors once it is connected to the launcher.
+  if (serve->parsed()) return k3::RunMain("k3-tokenizer", [&] { return k3::tok::Serve(serve_opt); });
+  return k3::RunMain("k3-tokenizer", [&] {
     if (chat->parsed() && !no_think && !k3::tok::IsValidThinkingEffort(effort))
       throw k3::UsageError("--thinking-effort must be low, high or max");
     const auto tok = k3::tok::Tokenizer::Load(vocab);
@@ -131,12 +121,6 @@ int main(int argc, char** argv) {
       PrintIds(tmpl.Render(msgs, opt, /*add_generation_prompt=*/true));
     }
     if (std::fflush(stdout) != 0) throw k3::Error(k3::kExitOutput, "stdout: write failed");
-  } catch (const k3::Error& e) {
-    std::fprintf(stderr, "k3-tokenizer: %s\n", e.what());
-    return e.code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "k3-tokenizer: %s\n", e.what());
-    return k3::kExitRuntime;
-  }
-  return k3::kExitOk;
+    return k3::kExitOk;
+  });
 }

@@ -8,6 +8,7 @@
 #include "../../common/error.h"
 #include "common/ipc/protocol.h"
 #include "common/ipc/zmq_channel.h"
+#include "common/run_main.h"
 #include "service.h"
 #include "common/service/service_shell.h"
 
@@ -58,7 +59,7 @@ int Serve(const ServeOptions& o) {
   svc::InstallStopSignals();
   zmq::context_t ctx(1);
   svc::ControlLink ctl(ctx, o.control, kService);
-  try {
+  return RunMain("k3-tokenizer", [&] {
     ctl.Hello();
     const auto t0 = Clock::now();
     const Tokenizer tok = Tokenizer::Load(o.vocab);
@@ -71,15 +72,7 @@ int Serve(const ServeOptions& o) {
                  o.vocab.c_str(), load_s, o.bind.c_str());
     ServeLoop(tok, ctl, sock);
     return svc::StopRequested() ? kExitInterrupted : kExitOk;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "k3: %s\n", e.what());
-    ctl.Dead(e.code(), e.what());
-    return e.code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "k3: %s\n", e.what());
-    ctl.Dead(kExitRuntime, e.what());
-    return kExitRuntime;
-  }
+  }, [&](ExitCode code, const std::string& why) { ctl.Dead(code, why); });
 }
 
 }  // namespace k3::tok

@@ -20,11 +20,11 @@
 #include "common/ipc/zmq_channel.h"
 #include "common/model_config.h"
 #include "common/plan/head_stream.h"
-#include "common/tensor_names.h"
 #include "common/safetensors.h"
 #include "common/service/read_worker.h"
-#include "services/trunk_reader/ring_scheduler.h"
 #include "common/service/service_shell.h"
+#include "common/tensor_names.h"
+#include "services/trunk_reader/ring_scheduler.h"
 #include "services/trunk_reader/trunk_layout.h"
 #include "common/process_init.h"
 
@@ -74,11 +74,7 @@ class TrunkReader {
                              " bytes, one embedding row needs " + std::to_string(embed_stride_));
       embed_file_size_ = std::filesystem::file_size(ck.shard_paths().at(static_cast<size_t>(t.shard)));
     }
-    // After a crash compute may still hold references: move every generation on.
-    for (uint32_t s = 0; s < ring_->slot_count(); ++s) {
-      ring_->BeginFill(s);
-      ring_->Publish(s);
-    }
+    ring_->RetireAll();  // after a crash compute may still hold references
     // Walk positions: layers, the pinned globals, then the lm_head chunks (if any).
     std::vector<int> fixed = pins_;
     fixed.push_back(layout_.globals());
@@ -201,7 +197,7 @@ class TrunkReader {
   }
 
   // Embedding rows into the embed window: row i of the request lands at i * stride, read
-  // widened to 4096 bounds (docs/pipeline.md "Streamed embedding and lm_head").
+  // through its window (docs/pipeline.md "Streamed embedding and lm_head").
   void OnMessage(const w::EmbedRows& m) {
     const uint64_t capacity = embed_arena_.size() / std::max<uint64_t>(embed_stride_, 1);
     std::string why;
@@ -218,11 +214,11 @@ class TrunkReader {
     EmbedPending pending{m.request_id, {}};
     uint8_t* base = embed_arena_.mutable_data();
     for (size_t i = 0; i < m.ids.size(); ++i) {
-      const uint64_t begin = embed_.offset + static_cast<uint64_t>(m.ids[i]) * embed_.row_bytes;
-      const uint64_t wbegin = AlignDown(begin);
-      const uint64_t wend = std::min(AlignUp(begin + embed_.row_bytes), std::max(embed_file_size_, begin + embed_.row_bytes));
-      job.requests.push_back({wbegin, wend - wbegin, base + i * embed_stride_});
-      pending.offsets.push_back(i * embed_stride_ + (begin - wbegin));
+      const int64_t begin = static_cast<int64_t>(embed_.offset + static_cast<uint64_t>(m.ids[i]) * embed_.row_bytes);
+      const int64_t row = static_cast<int64_t>(embed_.row_bytes);
+      const ReadRun r = Widen({embed_.shard, begin, begin + row, row}, embed_file_size_);
+      job.requests.push_back({r.wbegin, r.wlength(), base + i * embed_stride_});
+      pending.offsets.push_back(i * embed_stride_ + r.lead());
     }
     embed_pending_[embed_seq_++] = std::move(pending);
     if (worker_->pending() == 0) t_busy_ = Clock::now();
@@ -318,7 +314,7 @@ class TrunkReader {
   Clock::time_point t_serve_, t_busy_;
 };
 
-int Run(int argc, char** argv) {
+int Main(int argc, char** argv) {
   Flags f;
   CLI::App app{"k3-trunk-reader: pinned + streamed trunk layers into shared memory"};
   AddWeightServiceFlags(app, f);
@@ -335,5 +331,5 @@ int Run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
-  return k3::svc::Run(argc, argv);
+  return k3::svc::Main(argc, argv);
 }

@@ -4,20 +4,11 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/id_list.h"
 #include "common/plan/head_stream.h"
 #include "common/tensor_names.h"
 
 namespace k3::svc {
-
-ReadRun Widen(const ByteRange& r, uint64_t file_size) {
-  ReadRun t;
-  t.shard = r.shard;
-  t.begin = static_cast<uint64_t>(r.begin);
-  t.end = static_cast<uint64_t>(r.end);
-  t.wbegin = AlignDown(t.begin);
-  t.wend = std::min(AlignUp(t.end), std::max(file_size, t.end));
-  return t;
-}
 
 TrunkLayout BuildTrunkLayout(const Checkpoint& ck, const ModelConfig& cfg, GlobalsSet set) {
   TrunkLayout out;
@@ -28,22 +19,7 @@ TrunkLayout BuildTrunkLayout(const Checkpoint& ck, const ModelConfig& cfg, Globa
     const ByteRange r = LayerTrunkRange(ck, cfg, l);
     out.runs.push_back(Widen(r, sizes.at(static_cast<size_t>(r.shard))));
   }
-  // Globals: min/max over the model-level tensors, which must share one shard.
-  ByteRange g{-1, 0, 0, 0};
-  for (ModelRole role : {ModelRole::kEmbedTokens, ModelRole::kLmHead, ModelRole::kNorm,
-                         ModelRole::kOutputAttnResNorm, ModelRole::kOutputAttnResProj}) {
-    if ((role == ModelRole::kEmbedTokens && !set.embed) || (role == ModelRole::kLmHead && !set.lm_head)) continue;
-    const TensorInfo& t = ck.at(ModelTensorName(role));
-    if (g.shard < 0) {
-      g = {t.shard, t.file_offset, t.file_offset + t.nbytes, 0};
-    } else if (t.shard != g.shard) {
-      throw BadModel(ck.dir() + ": model-level tensor " + t.name + " is in another shard than " +
-                     ModelTensorName(ModelRole::kEmbedTokens) + " (the globals must be one run)");
-    }
-    g.begin = std::min(g.begin, t.file_offset);
-    g.end = std::max(g.end, t.file_offset + t.nbytes);
-    g.tensor_bytes += t.nbytes;
-  }
+  const ByteRange g = GlobalsRange(ck, set);
   out.runs.push_back(Widen(g, sizes.at(static_cast<size_t>(g.shard))));
   return out;
 }
@@ -68,19 +44,7 @@ void AppendLmHeadChunks(TrunkLayout& layout, const Checkpoint& ck, const ModelCo
 
 std::vector<int> ParsePinList(const std::string& text, int num_layers) {
   std::vector<int> out;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    const std::string item = text.substr(pos, comma - pos);
-    bool digits = !item.empty() && item.size() <= 9 &&
-                  std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!digits || std::stoi(item) >= num_layers)
-      throw UsageError("--pin: '" + item + "' is not a layer index in [0, " + std::to_string(num_layers) + ")");
-    out.push_back(std::stoi(item));
-    pos = comma + 1;
-    if (comma + 1 == text.size()) throw UsageError("--pin: trailing comma in '" + text + "'");
-  }
+  for (int64_t l : ParseIdList(text, "--pin", num_layers)) out.push_back(static_cast<int>(l));
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

@@ -19,6 +19,8 @@
 
 #include "common/error.h"
 #include "common/median.h"
+#include "common/run_main.h"
+#include "common/version.h"
 #include "common/word_sum.h"
 #include "services/compute/kernels/matmul.h"
 
@@ -67,6 +69,7 @@ void Print(const Row& r) {
 
 int Run(int argc, char** argv) {
   CLI::App app{"k3 kernel throughput: weight GB/s vs a memory-read baseline"};
+  app.set_version_flag("--version", k3::VersionLine("k3-bench-kernels"));
   int reps = 5;
   int mx_copies = 32;
   double baseline_gib = 1.0;
@@ -169,13 +172,5 @@ int Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return Run(argc, argv);
-  } catch (const k3::Error& e) {
-    std::fprintf(stderr, "k3: %s\n", e.what());
-    return e.code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "k3: %s\n", e.what());
-    return k3::kExitRuntime;
-  }
+  return k3::RunMain("k3-bench-kernels", [&] { return Run(argc, argv); });
 }

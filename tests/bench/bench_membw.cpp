@@ -18,10 +18,12 @@
 #include <vector>
 
 #include "common/median.h"
+#include "common/version.h"
 #include "common/word_sum.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"k3-bench-membw: memory read bandwidth (all cores, buffer >> caches)"};
+  app.set_version_flag("--version", k3::VersionLine("k3-bench-membw"));
   double gib = 4;
   int repeats = 5, threads = 0;
   app.add_option("--gib", gib, "buffer size in GiB")->check(CLI::Range(0.0625, 256.0));

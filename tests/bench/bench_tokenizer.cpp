@@ -9,7 +9,8 @@
 #include <sstream>
 #include <string>
 
-#include "../../common/error.h"
+#include "common/error.h"
+#include "common/run_main.h"
 #include "tokenizer.h"
 
 int main(int argc, char** argv) {
@@ -17,7 +18,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_tokenizer VOCAB_DIR FILE [SECONDS]\n");
     return k3::kExitUsage;
   }
-  try {
+  return k3::RunMain("bench_tokenizer", [&] {
     const auto tok = k3::tok::Tokenizer::Load(argv[1]);
     std::ifstream f(argv[2], std::ios::binary);
     if (!f) throw k3::BadInput(std::string(argv[2]) + ": cannot open");
@@ -44,9 +45,6 @@ int main(int argc, char** argv) {
     const double cpu = cpu_now() - c0;
     std::printf("MB/s %.3f wall_MB/s %.3f ids %zu bytes %zu seconds %.3f\n", bytes / cpu / 1e6, bytes / sec / 1e6, ids,
                 bytes, sec);
-  } catch (const k3::Error& e) {
-    std::fprintf(stderr, "bench_tokenizer: %s\n", e.what());
-    return e.code();
-  }
-  return 0;
+    return k3::kExitOk;
+  });
 }

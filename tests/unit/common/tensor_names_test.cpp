@@ -234,6 +234,51 @@ TEST(TensorRanges, NonContiguousExpertAndSplitTrunk) {
   ExpectBadModel([&] { LayerTrunkRange(ck, c, 1); }, {dir.path(), "layer 1 trunk", "split across shards"});
 }
 
+// The globals run: [min, max) of the model-level tensors it holds; the streamed embedding or
+// lm_head leave it, and all five must share one shard.
+TEST(TensorRanges, GlobalsRun) {
+  test::TempDir dir;
+  // File order: embed, norm, attn-res norm, lm_head, attn-res proj (12, 8, 4, 20, 16 bytes).
+  const std::vector<test::Tensor> ts = {{ModelTensorName(ModelRole::kEmbedTokens), "F32", {3}},
+                                        {ModelTensorName(ModelRole::kNorm), "F32", {2}},
+                                        {ModelTensorName(ModelRole::kOutputAttnResNorm), "F32", {1}},
+                                        {ModelTensorName(ModelRole::kLmHead), "F32", {5}},
+                                        {ModelTensorName(ModelRole::kOutputAttnResProj), "F32", {4}}};
+  int64_t n = 0;
+  const std::string hdr = test::HeaderJson(test::Pack(ts, &n));
+  test::WriteFile(dir / "model.safetensors", hdr, n);
+  const Checkpoint ck = Checkpoint::Open(dir.path());
+  const int64_t base = ck.at(ts[0].name).file_offset;
+  const ByteRange all = GlobalsRange(ck);
+  EXPECT_EQ(all.begin, base);
+  EXPECT_EQ(all.end, base + 60);
+  EXPECT_TRUE(all.contiguous());
+  const ByteRange no_embed = GlobalsRange(ck, {false, true});
+  EXPECT_EQ(no_embed.begin, base + 12);
+  EXPECT_EQ(no_embed.end, base + 60);
+  const ByteRange neither = GlobalsRange(ck, {false, false});
+  EXPECT_EQ(neither.begin, base + 12);
+  EXPECT_EQ(neither.end, base + 60);
+  EXPECT_EQ(neither.tensor_bytes, 28);  // norm + both attn-res tensors; lm_head's bytes lie inside
+  EXPECT_FALSE(neither.contiguous());
+
+  // The embedding in another shard: refused even when it is streamed.
+  test::TempDir split;
+  int64_t n1 = 0, n2 = 0;
+  const std::vector<test::Tensor> rest(ts.begin() + 1, ts.end()), embed{ts[0]};
+  const std::string hdr_a = test::HeaderJson(test::Pack(rest, &n1));
+  test::WriteFile(split / "a.safetensors", hdr_a, n1);
+  const std::string hdr_b = test::HeaderJson(test::Pack(embed, &n2));
+  test::WriteFile(split / "b.safetensors", hdr_b, n2);
+  std::vector<std::pair<std::string, std::string>> index;
+  for (size_t i = 1; i < ts.size(); ++i) index.push_back({ts[i].name, "a.safetensors"});
+  index.push_back({ts[0].name, "b.safetensors"});
+  test::WriteBytes(split / "model.safetensors.index.json", IndexFor(index));
+  const Checkpoint ck2 = Checkpoint::Open(split.path());
+  ExpectBadModel([&] { GlobalsRange(ck2); }, {split.path(), "model-level tensors", "split across shards"});
+  ExpectBadModel([&] { GlobalsRange(ck2, {false, true}); }, {"split across shards"});
+}
+
 // The project's generator writes the released layout; every tensor it writes must be named,
 // shaped and typed as tensor_names says, and the ranges must be single runs.
 TEST(TensorRanges, GeneratedTinyCheckpoint) {

@@ -205,6 +205,26 @@ TEST(SlotTable, GenerationsDetectReuse) {
   EXPECT_THROW(t.BeginFill(3), Error);
 }
 
+// A restarted writer retires every slot: no reference from before stays current, and every
+// slot reads as published (even) again.
+TEST(SlotTable, RetireAllInvalidatesEveryReference) {
+  const std::string name = ShmArena::Name(::getpid(), "retire");
+  ShmArena a = ShmArena::Create(name, SlotTable::BytesNeeded(3, 4096));
+  SlotTable t = SlotTable::Format(a, 3, 4096);
+  std::vector<SlotRef> refs;
+  for (uint32_t s = 0; s < 3; ++s) {
+    t.BeginFill(s);
+    refs.push_back({s, t.Publish(s)});
+  }
+  t.BeginFill(2);  // one slot caught mid-fill, as after a crash
+  t.RetireAll();
+  for (const SlotRef& r : refs) {
+    EXPECT_FALSE(t.IsCurrent(r)) << r.slot;
+    EXPECT_EQ(t.generation(r.slot) % 2, 0u) << r.slot;
+    EXPECT_TRUE(t.IsCurrent({r.slot, t.generation(r.slot)})) << r.slot;
+  }
+}
+
 TEST(SlotTable, ReaderProcessSeesPublishedAndStaleSlots) {
   const std::string name = ShmArena::Name(::getpid(), "slots2");
   ShmArena a = ShmArena::Create(name, SlotTable::BytesNeeded(2, 4096));

@@ -158,13 +158,5 @@ TEST_F(FlagsTest, RangeChecks) {
   EXPECT_EQ(Parse({"--threads", std::to_string(MaxThreads())}, o).first, 0);
 }
 
-TEST(IdList, ParsesAndRefuses) {
-  EXPECT_EQ(ParseIdList("1,5,9", "--ids"), (std::vector<int32_t>{1, 5, 9}));
-  EXPECT_EQ(ParseIdList("2147483647", "--ids"), (std::vector<int32_t>{2147483647}));
-  for (const char* bad : {"", "1,", ",1", "1,,2", "-1", "2147483648", "1 2", "0x10"})
-    EXPECT_EQ(Outcome([&] { ParseIdList(bad, "--stop-ids"); }).first, kExitUsage) << bad;
-  EXPECT_NE(Outcome([] { ParseIdList("a", "--stop-ids"); }).second.find("--stop-ids"), std::string::npos);
-}
-
 }  // namespace
 }  // namespace k3::launch
