@@ -1,14 +1,13 @@
 #include "vocab.h"
 
-#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "../../common/error.h"
+#include "common/error.h"
+#include "common/json_strict.h"
 #include "base64.h"
 #include "utf8.h"
 
@@ -97,15 +96,8 @@ Vocab Vocab::Parse(std::string_view model_text, std::string_view config_text,
   }
 
   // --- tokenizer_config.json: added_tokens_decoder.
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(config_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann reports "line L, column C"; keep the message on one line.
-    std::string msg = e.what();
-    std::replace(msg.begin(), msg.end(), '\n', ' ');
-    throw BadInput(config_name + ": bad JSON: " + msg);
-  }
+  // Strict: a repeated id key is an error here, where nlohmann alone would keep the last.
+  const nlohmann::json cfg = ParseJsonStrict(config_text, config_name, kExitBadInput);
   if (!cfg.is_object() || !cfg.contains("added_tokens_decoder") ||
       !cfg["added_tokens_decoder"].is_object())
     throw BadInput(config_name + ": missing object \"added_tokens_decoder\"");
@@ -131,7 +123,7 @@ Vocab Vocab::Parse(std::string_view model_text, std::string_view config_text,
       if (!val["special"].is_boolean()) throw BadInput(where + "\"special\" must be a boolean");
       special = val["special"].get<bool>();
     }
-    by_id[id] = AddedToken{id, content, special};  // JSON keys are unique after parsing
+    by_id[id] = AddedToken{id, content, special};  // the strict parser refused repeated keys
   }
   for (const auto& [id, tok] : by_id) {
     for (const auto& prev : v.added_)
