@@ -59,12 +59,13 @@ Vocab Vocab::Parse(std::string_view model_text, std::string_view config_text,
     const std::string_view rank_text = line.substr(sp + 1);
     auto bytes = Base64Decode(b64);
     if (!bytes) throw LineError(model_name, line_no, "malformed base64");
+    if (bytes->empty()) throw LineError(model_name, line_no, "empty token");
     uint32_t rank = 0;
     auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
     if (ec != std::errc() || end != rank_text.data() + rank_text.size() || rank_text.empty() ||
         (rank_text.size() > 1 && rank_text[0] == '0'))
       throw LineError(model_name, line_no, "malformed rank \"" + std::string(rank_text) + "\"");
-    if (rank >= (1u << 24)) throw LineError(model_name, line_no, "rank too large");
+    if (rank >= kRankLimit) throw LineError(model_name, line_no, "rank too large");
     if (rank >= by_rank.size()) {
       by_rank.resize(rank + 1);
       line_of_rank.resize(rank + 1, 0);
