@@ -21,16 +21,22 @@ void BpeMergeLinear(Ranks& ranks, std::string_view piece, std::vector<uint32_t>*
   // Parts are a list over start bytes: next[i] is the start of the part after the one at i
   // (n = end), rank[i] the rank of that part merged with the next (kNoRank: not a token).
   // A merge relinks instead of shifting arrays; the rescan walks live parts only.
+  // token[i] is the rank of the part itself (the merge that made it), so the output needs
+  // no lookups.
   uint32_t next_buf[kLinearMax + 1];
   uint32_t rank_buf[kLinearMax + 1];
-  std::vector<uint32_t> next_vec, rank_vec;
+  uint32_t token_buf[kLinearMax + 1];
+  std::vector<uint32_t> next_vec, rank_vec, token_vec;
   uint32_t* next = next_buf;
   uint32_t* rank = rank_buf;
+  uint32_t* token = token_buf;
   if (n > kLinearMax) {
     next_vec.resize(n + 1);
     rank_vec.resize(n + 1);
+    token_vec.resize(n + 1);
     next = next_vec.data();
     rank = rank_vec.data();
+    token = token_vec.data();
   }
   const char* p = piece.data();
   for (uint32_t i = 0; i < n; ++i) next[i] = i + 1;
@@ -38,7 +44,10 @@ void BpeMergeLinear(Ranks& ranks, std::string_view piece, std::vector<uint32_t>*
     const uint32_t j = next[i];
     return j >= n ? kNoRank : ranks.Find(p + i, next[j] - i);
   };
-  for (uint32_t i = 0; i < n; ++i) rank[i] = i + 1 < n ? ranks.Find(p + i, 2) : kNoRank;
+  for (uint32_t i = 0; i < n; ++i) {
+    rank[i] = i + 1 < n ? ranks.Find(p + i, 2) : kNoRank;
+    token[i] = ranks.ByteRank(static_cast<uint8_t>(p[i]));
+  }
   for (;;) {
     uint32_t best = kNoRank, at = n, before = n;
     for (uint32_t i = 0, prev = n; i < n; prev = i, i = next[i])
@@ -49,10 +58,11 @@ void BpeMergeLinear(Ranks& ranks, std::string_view piece, std::vector<uint32_t>*
       }
     if (best == kNoRank) break;
     next[at] = next[next[at]];
+    token[at] = best;
     rank[at] = pair_rank(at);
     if (before < n) rank[before] = pair_rank(before);
   }
-  for (uint32_t i = 0; i < n; i = next[i]) out->push_back(ranks.Find(p + i, next[i] - i));
+  for (uint32_t i = 0; i < n; i = next[i]) out->push_back(token[i]);
 }
 
 template <class Ranks>

@@ -1,5 +1,6 @@
 // The Kimi pre-tokenizer: splits well-formed UTF-8 text into pieces that BPE encodes
-// independently. Alternatives, tried in order at each position (ENGINE-REFERENCE §4):
+// independently. Alternatives of the released Kimi tokenizer's pat_str (docs/tokenizer.md),
+// tried in order at each position:
 //   H  \p{Han}+
 //   A  [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
 //   B  [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?

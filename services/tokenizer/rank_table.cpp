@@ -34,6 +34,10 @@ bool RankTable::Finish(uint32_t* dup_first, uint32_t* dup_second) {
     const uint32_t len_byte = en.len < 255 ? en.len : 255;
     slots_[i] = Slot{Head(p, en.len), en.off, len_byte << 24 | (en.rank & (kRankLimit - 1))};
   }
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    byte_rank_[b] = Find(&c, 1);
+  }
   return true;
 }
 

@@ -66,6 +66,8 @@ class RankTable {
     }
   }
   size_t size() const { return entries_.size(); }
+  // Rank of the single byte b (kNoRank if it is not a token).
+  uint32_t ByteRank(uint8_t b) const { return byte_rank_[b]; }
 
   // The first min(n, 8) bytes, zero-padded, with fixed-size loads only (n >= 1).
   static uint64_t Head(const char* p, size_t n) {
@@ -116,6 +118,7 @@ class RankTable {
   std::vector<Entry> entries_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> long_len_;  // indexed by arena offset; only sized if a token is that long
+  uint32_t byte_rank_[256] = {};     // set by Finish
   size_t mask_ = 0;
 };
 
@@ -139,6 +142,7 @@ class CachedRanks {
     return r;
   }
   uint32_t Find(std::string_view s) { return Find(s.data(), s.size()); }
+  uint32_t ByteRank(uint8_t b) const { return table_.ByteRank(b); }
 
  private:
   struct Memo {
