@@ -108,9 +108,19 @@ void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<uint32_t>* out
                                PieceCache& cache) const {
   const RankTable& ranks = vocab_.ranks();
   CachedRanks& memo = cache.ranks();
-  auto encode_piece = [&](std::string_view piece) {
+  // Pieces go in batches: split kBatch pieces and start loading the rank-table slot of each
+  // (almost every lookup misses the CPU caches), then look them up; the loads overlap.
+  constexpr size_t kBatch = 16;
+  struct Pending {
+    std::string_view piece;
+    uint64_t head, hash;
+  };
+  Pending batch[kBatch];
+  size_t pending = 0;
+  auto encode_piece = [&](const Pending& pc) {
+    const std::string_view piece = pc.piece;
     // A piece that is one token is that token (tiktoken's shortcut, required for parity).
-    const uint32_t whole = ranks.Find(piece);
+    const uint32_t whole = ranks.Find(pc.head, pc.hash, piece.data(), piece.size());
     if (whole != kNoRank) {
       out->push_back(whole);
       return;
@@ -125,6 +135,17 @@ void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<uint32_t>* out
     BpeMerge(memo, piece, out);
     cache.Put(piece, h, out->data() + before, out->size() - before);
   };
+  auto flush = [&] {
+    for (size_t k = 0; k < pending; ++k) encode_piece(batch[k]);
+    pending = 0;
+  };
+  auto add_piece = [&](std::string_view piece) {
+    const uint64_t head = RankTable::Head(piece.data(), piece.size());
+    const uint64_t hash = RankTable::Hash(head, piece.data(), piece.size());
+    ranks.Prefetch(hash);
+    batch[pending++] = Pending{piece, head, hash};
+    if (pending == kBatch) flush();
+  };
   // The pattern is defined on characters, so ill-formed bytes cannot be inside a piece:
   // each becomes its own single-byte token and the well-formed runs between them are
   // split independently (documented in docs/tokenizer.md).
@@ -132,7 +153,8 @@ void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<uint32_t>* out
   while (p < text.size()) {
     const size_t valid = Utf8ValidPrefix(text.substr(p));
     if (valid > 0) {
-      splitter.Split(text.substr(p, valid), encode_piece);
+      splitter.Split(text.substr(p, valid), add_piece);
+      flush();  // ids stay in text order
       p += valid;
     }
     if (p < text.size()) {
