@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -27,6 +28,126 @@ constexpr const char kPattern[] =
     "|[" K3_WS "]+(?![^" K3_WS "])"
     "|[" K3_WS "]+";
 
+// The first matcher tried at an ASCII position: the pattern restricted to ASCII bytes (most
+// code and English), cheaper than the code-point walk below; it gives up (kUnknown) as soon
+// as a non-ASCII character could change the piece.
+namespace ascii {
+
+// ASCII character classes as the pattern sees them.
+enum : uint8_t { kOther = 0, kUpper, kLower, kDigit, kSpace };
+constexpr std::array<uint8_t, 128> MakeClasses() {
+  std::array<uint8_t, 128> t{};
+  for (int c = 0; c < 128; ++c) {
+    uint8_t k = kOther;
+    if (c >= 'A' && c <= 'Z') k = kUpper;
+    else if (c >= 'a' && c <= 'z') k = kLower;
+    else if (c >= '0' && c <= '9') k = kDigit;
+    else if ((c >= 0x09 && c <= 0x0D) || c == ' ') k = kSpace;  // Unicode White_Space
+    t[c] = k;
+  }
+  return t;
+}
+constexpr std::array<uint8_t, 128> kClass = MakeClasses();
+
+constexpr size_t kUnknown = 0;  // saw a non-ASCII byte it would need
+
+// Class of s[i]; returns false for a non-ASCII byte (caller gives up) and treats the end
+// of the subject as class `end_class`.
+struct Cursor {
+  const uint8_t* s;
+  size_t n;
+  bool Ascii(size_t i) const { return s[i] < 0x80; }
+  uint8_t Cls(size_t i) const { return kClass[s[i]]; }
+};
+
+// Optional contraction suffix at i; returns its length, or SIZE_MAX if undecidable.
+inline size_t Suffix(const Cursor& c, size_t i) {
+  if (i >= c.n || c.s[i] != '\'') return 0;
+  if (i + 1 >= c.n) return 0;
+  const uint8_t a = c.s[i + 1];
+  if (a >= 0x80) return SIZE_MAX;  // could be U+017F, which (?i) folds to 's'
+  const uint8_t la = a | 0x20;
+  if (la == 's' || la == 't' || la == 'm' || la == 'd') return 2;
+  if (la == 'r' || la == 'v' || la == 'l') {
+    if (i + 2 >= c.n) return 0;
+    const uint8_t b = c.s[i + 2];
+    if (b >= 0x80) return SIZE_MAX;
+    const uint8_t lb = b | 0x20;
+    if ((la == 'r' && lb == 'e') || (la == 'v' && lb == 'e') || (la == 'l' && lb == 'l')) return 3;
+  }
+  return 0;
+}
+
+// The pattern restricted to ASCII: returns the piece length, or kUnknown when the answer
+// depends on a non-ASCII character.
+size_t Next(const Cursor& c, size_t p) {
+  const size_t n = c.n;
+  const uint8_t k0 = c.Cls(p);
+  // A / B: optional non-letter, non-digit, non-newline prefix, then letters.
+  {
+    size_t q = p;
+    if (k0 != kUpper && k0 != kLower) {
+      if (k0 != kDigit && c.s[p] != '\r' && c.s[p] != '\n') q = p + 1;
+    }
+    if (q < n && q > p && !c.Ascii(q)) return kUnknown;
+    if (q < n && (c.Cls(q) == kUpper || c.Cls(q) == kLower)) {
+      size_t u = q;
+      while (u < n && c.Ascii(u) && c.Cls(u) == kUpper) ++u;
+      if (u < n && !c.Ascii(u)) return kUnknown;
+      size_t l = u;
+      while (l < n && c.Ascii(l) && c.Cls(l) == kLower) ++l;
+      if (l < n && !c.Ascii(l)) return kUnknown;
+      // A needs a lowercase run; B needs an uppercase run. Either way the letters are
+      // s[q..l); one of the runs is non-empty because s[q] is a letter.
+      const size_t suf = Suffix(c, l);
+      if (suf == SIZE_MAX) return kUnknown;
+      return l + suf - p;
+    }
+  }
+  // C: 1..3 digits.
+  if (k0 == kDigit) {
+    size_t q = p + 1;
+    while (q < n && q < p + 3) {
+      if (!c.Ascii(q)) return kUnknown;  // a non-ASCII \p{N} would extend the run
+      if (c.Cls(q) != kDigit) break;
+      ++q;
+    }
+    return q - p;
+  }
+  // D: optional space, then symbols, then newlines.
+  {
+    size_t q = p;
+    if (c.s[p] == ' ' && p + 1 < n) {
+      if (!c.Ascii(p + 1)) return kUnknown;
+      if (c.Cls(p + 1) == kOther) q = p + 1;
+    }
+    if (c.Cls(q) == kOther) {
+      while (q < n && c.Ascii(q) && c.Cls(q) == kOther) ++q;
+      if (q < n && !c.Ascii(q)) return kUnknown;
+      while (q < n && (c.s[q] == '\r' || c.s[q] == '\n')) ++q;
+      return q - p;
+    }
+  }
+  // E / F / G: whitespace run s[p..q).
+  if (k0 == kSpace) {
+    size_t q = p;
+    size_t last_nl = SIZE_MAX;
+    while (q < n && c.Ascii(q) && c.Cls(q) == kSpace) {
+      if (c.s[q] == '\r' || c.s[q] == '\n') last_nl = q;
+      ++q;
+    }
+    if (q < n && !c.Ascii(q)) return kUnknown;  // might be more (non-ASCII) whitespace
+    if (last_nl != SIZE_MAX) return last_nl + 1 - p;  // E
+    if (q == n) return q - p;                         // F at end of text
+    if (q - p >= 2) return q - 1 - p;                 // F leaves one space for the next word
+    return 1;                                         // G
+  }
+  return kUnknown;  // unreachable for ASCII, kept for safety
+}
+
+
+}  // namespace ascii
+
 // Class bits of one code point, as the pattern's character classes see it.
 enum : uint8_t {
   kHan = 1,     // \p{sc:Han}
@@ -37,6 +158,22 @@ enum : uint8_t {
   kSpace = 32,  // White_Space (the pattern's spelled-out \s)
   kKnown = 128  // the entry has been computed
 };
+// ASCII classes written out, so the hot path needs no table lookup through the pattern; the
+// constructor checks them against what PCRE2 says.
+constexpr std::array<uint8_t, 128> MakeAsciiClasses() {
+  std::array<uint8_t, 128> t{};
+  for (int c = 0; c < 128; ++c) {
+    uint8_t k = kKnown;
+    if (c >= 'A' && c <= 'Z') k |= kLetter | kUpper;
+    else if (c >= 'a' && c <= 'z') k |= kLetter | kLower;
+    else if (c >= '0' && c <= '9') k |= kNumber;
+    else if ((c >= 0x09 && c <= 0x0D) || c == ' ') k |= kSpace;
+    t[c] = k;
+  }
+  return t;
+}
+constexpr std::array<uint8_t, 128> kAscii = MakeAsciiClasses();
+
 // The single-character pattern that decides each bit, in bit order.
 constexpr const char* kProbes[] = {"\\p{sc:Han}", "\\p{L}", "\\p{N}", K3_UPPER, K3_LOWER, "[" K3_WS "]"};
 
@@ -127,6 +264,9 @@ SplitPattern::SplitPattern() : classes_(kCodePoints, 0) {
   code_ = Compile(kPattern);
   for (const char* p : kProbes) probes_.push_back(Compile(p));
   for (uint32_t cp = 0; cp < 0x100; ++cp) classes_[cp] = Probe(cp);  // Latin-1 up front: it is hot
+  for (uint32_t cp = 0; cp < 0x80; ++cp)
+    if (classes_[cp] != kAscii[cp])
+      throw RuntimeFailure("tokenizer: ASCII class table disagrees with PCRE2 at " + std::to_string(cp));
 }
 
 SplitPattern::~SplitPattern() {
@@ -183,7 +323,7 @@ size_t Splitter::FastNext(const uint8_t* s, size_t n, size_t p) const {
   auto at = [&](size_t i, size_t* len) -> uint8_t {
     if (s[i] < 0x80) {
       *len = 1;
-      return pat.Class(s[i]);
+      return kAscii[s[i]];
     }
     return pat.Class(DecodeAt(s, i, len));
   };
@@ -194,6 +334,10 @@ size_t Splitter::FastNext(const uint8_t* s, size_t n, size_t p) const {
     return i;
   };
   auto is_nl = [&](size_t i) { return s[i] == '\r' || s[i] == '\n'; };
+  if (s[p] < 0x80) {
+    const size_t len = ascii::Next(ascii::Cursor{s, n}, p);
+    if (len != ascii::kUnknown) return len;
+  }
   size_t len0 = 0;
   const uint8_t c0 = at(p, &len0);
 
