@@ -47,7 +47,7 @@ std::string TokenizerClient::TakeNewText() {
 
 void TokenizerClient::Drain(ipc::RejectCounter& rejects) {
   while (auto r = ipc::ReceiveVerified(sock_, false, ipc::DecodeTokenizer, ipc::Clock::now(), rejects)) {
-    if (const auto* e = std::get_if<tk::Encoded>(&r->message)) {
+    if (const auto* e = std::get_if<tk::EncodedIds>(&r->message)) {
       if (encode_id_ != 0 && e->request_id == encode_id_) {
         encoded_ = e->ids;
         encode_id_ = 0;

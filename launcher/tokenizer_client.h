@@ -28,7 +28,7 @@ class TokenizerClient {
   zmq::socket_t& socket() { return sock_; }
 
   void StartEncode(const std::string& text);
-  // The prompt's ids once Encoded arrived (nullopt before).
+  // The prompt's ids once EncodedIds arrived (nullopt before).
   const std::optional<std::vector<int32_t>>& encoded() const { return encoded_; }
 
   void PushIds(const std::vector<int32_t>& ids);  // generated ids, in order

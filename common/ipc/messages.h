@@ -170,10 +170,10 @@ struct Encode {
   bool allow_special = false;
   bool operator==(const Encode&) const = default;
 };
-struct Encoded {
+struct EncodedIds {
   uint64_t request_id = 0;
   std::vector<int32_t> ids;
-  bool operator==(const Encoded&) const = default;
+  bool operator==(const EncodedIds&) const = default;
 };
 struct Decode {
   uint64_t request_id = 0;
@@ -200,7 +200,7 @@ struct Failed {
   std::string detail;
   bool operator==(const Failed&) const = default;
 };
-using Message = std::variant<Encode, Encoded, Decode, Decoded, RenderChat, Failed>;
+using Message = std::variant<Encode, EncodedIds, Decode, Decoded, RenderChat, Failed>;
 }  // namespace tokenizer
 
 }  // namespace k3::ipc

@@ -417,11 +417,11 @@ Encoded Encode(const tokenizer::Encode& m) {
   fbt::FinishSizePrefixedEnvelopeBuffer(fbb, fbt::CreateEnvelope(fbb, fbt::Message::Encode, msg.Union()));
   return Finish(fbb, Protocol::kTokenizer, fbt::Message::Encode);
 }
-Encoded Encode(const tokenizer::Encoded& m) {
+Encoded Encode(const tokenizer::EncodedIds& m) {
   FlatBufferBuilder fbb(64 + 4 * m.ids.size());
-  auto msg = fbt::CreateEncodedDirect(fbb, m.request_id, &m.ids);
-  fbt::FinishSizePrefixedEnvelopeBuffer(fbb, fbt::CreateEnvelope(fbb, fbt::Message::Encoded, msg.Union()));
-  return Finish(fbb, Protocol::kTokenizer, fbt::Message::Encoded);
+  auto msg = fbt::CreateEncodedIdsDirect(fbb, m.request_id, &m.ids);
+  fbt::FinishSizePrefixedEnvelopeBuffer(fbb, fbt::CreateEnvelope(fbb, fbt::Message::EncodedIds, msg.Union()));
+  return Finish(fbb, Protocol::kTokenizer, fbt::Message::EncodedIds);
 }
 Encoded Encode(const tokenizer::Decode& m) {
   FlatBufferBuilder fbb(64 + 4 * m.ids.size());
@@ -462,9 +462,9 @@ Result<tokenizer::Message> DecodeTokenizer(std::span<const uint8_t> kind, std::s
             const auto* m = e->message_as_Encode();
             return R::Ok(tokenizer::Encode{m->request_id(), Bytes(m->text()), m->allow_special()});
           }
-          case fbt::Message::Encoded: {
-            const auto* m = e->message_as_Encoded();
-            return R::Ok(tokenizer::Encoded{m->request_id(), Vec(m->ids())});
+          case fbt::Message::EncodedIds: {
+            const auto* m = e->message_as_EncodedIds();
+            return R::Ok(tokenizer::EncodedIds{m->request_id(), Vec(m->ids())});
           }
           case fbt::Message::Decode: {
             const auto* m = e->message_as_Decode();

@@ -38,7 +38,7 @@ std::string KindName(Kind k);
 // only ids and counters; Generate may carry a long prompt (4M ids).
 inline constexpr size_t kMaxSmallPayload = 64 * 1024;
 inline constexpr size_t kMaxComputePayload = 16u * 1024 * 1024 + 4096;
-// Encode carries a whole prompt text, Encoded/Decode its ids: the same bound as compute.
+// Encode carries a whole prompt text, EncodedIds/Decode its ids: the same bound as compute.
 inline constexpr size_t kMaxTokenizerPayload = kMaxComputePayload;
 
 struct Encoded {
@@ -67,7 +67,7 @@ Encoded Encode(const compute::Generate& m);
 Encoded Encode(const compute::Token& m);
 Encoded Encode(const compute::Done& m);
 Encoded Encode(const tokenizer::Encode& m);
-Encoded Encode(const tokenizer::Encoded& m);
+Encoded Encode(const tokenizer::EncodedIds& m);
 Encoded Encode(const tokenizer::Decode& m);
 Encoded Encode(const tokenizer::Decoded& m);
 Encoded Encode(const tokenizer::RenderChat& m);

@@ -1,5 +1,5 @@
-// The XTML chat format (ENGINE-REFERENCE §1.6). Control segments (tags written by this
-// code) are encoded with added tokens allowed; every text segment (message content,
+// The XTML chat format (docs/tokenizer.md, "Chat template"). Control segments (tags written
+// by this code) are encoded with added tokens allowed; every text segment (message content,
 // reasoning, the thinking-effort preamble) is encoded with them disallowed, so user text can
 // never produce a control id.
 //

@@ -10,160 +10,49 @@
 #include <fstream>
 #include <sstream>
 
-#include "../../common/error.h"
+#include "common/error.h"
+#include "common/json_strict.h"
 #include "utf8.h"
 
 namespace k3::tok {
 namespace {
 
-// A minimal strict JSON reader for {"key": "string", ...}: nlohmann silently keeps the last
-// of duplicate keys and accepts \u0000, which this format must reject.
-class LineParser {
- public:
-  LineParser(std::string_view s, const std::string& where) : s_(s), where_(where) {}
-
-  ChatMessage Parse() {
-    if (s_.size() > kMaxHistoryLine) Fail("line longer than 16 MiB");
-    if (!IsValidUtf8(s_)) Fail("not valid UTF-8");
-    for (char ch : s_)
-      if (static_cast<unsigned char>(ch) < 0x20 && ch != ' ' && ch != '\t') Fail("raw control byte");
-    bool have_role = false, have_content = false, have_reasoning = false;
-    ChatMessage m{Role::kUser, "", std::nullopt};
-    Ws();
-    Expect('{');
-    Ws();
-    if (Peek() == '}') Fail("empty object");
-    for (;;) {
-      Ws();
-      const std::string key = String();
-      Ws();
-      Expect(':');
-      Ws();
-      if (key == "role") {
-        if (have_role) Fail("duplicate key \"role\"");
-        have_role = true;
-        const std::string r = String();
-        if (r == "system") m.role = Role::kSystem;
-        else if (r == "user") m.role = Role::kUser;
-        else if (r == "assistant") m.role = Role::kAssistant;
-        else Fail("unknown role \"" + r + "\"");
-      } else if (key == "content") {
-        if (have_content) Fail("duplicate key \"content\"");
-        have_content = true;
-        m.content = String();
-      } else if (key == "reasoning_content") {
-        if (have_reasoning) Fail("duplicate key \"reasoning_content\"");
-        have_reasoning = true;
-        m.reasoning_content = String();
-      } else {
-        Fail("unknown key \"" + key + "\"");
-      }
-      Ws();
-      if (Peek() == ',') {
-        ++p_;
-        continue;
-      }
-      Expect('}');
-      break;
-    }
-    Ws();
-    if (p_ != s_.size()) Fail("trailing data after the object");
-    if (!have_role) Fail("missing key \"role\"");
-    if (!have_content) Fail("missing key \"content\"");
-    if (have_reasoning && m.role != Role::kAssistant) Fail("reasoning_content on a non-assistant message");
-    return m;
-  }
-
- private:
-  [[noreturn]] void Fail(const std::string& what) const { throw BadInput(where_ + ": " + what); }
-  char Peek() const { return p_ < s_.size() ? s_[p_] : '\0'; }
-  void Ws() {
-    while (p_ < s_.size() && (s_[p_] == ' ' || s_[p_] == '\t')) ++p_;
-  }
-  void Expect(char c) {
-    if (p_ >= s_.size() || s_[p_] != c) Fail(std::string("expected '") + c + "' at column " + std::to_string(p_ + 1));
-    ++p_;
-  }
-  unsigned Hex4() {
-    if (p_ + 4 > s_.size()) Fail("truncated \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = s_[p_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else Fail("bad \\u escape");
-    }
-    return v;
-  }
-  static void PutUtf8(unsigned cp, std::string* out) {
-    if (cp < 0x80) {
-      *out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      *out += static_cast<char>(0xC0 | (cp >> 6));
-      *out += static_cast<char>(0x80 | (cp & 63));
-    } else if (cp < 0x10000) {
-      *out += static_cast<char>(0xE0 | (cp >> 12));
-      *out += static_cast<char>(0x80 | ((cp >> 6) & 63));
-      *out += static_cast<char>(0x80 | (cp & 63));
+// One history line through the engine's strict JSON parser (repeated keys, trailing data,
+// ill-formed UTF-8 and unpaired surrogates are refused there), then the schema: an object of
+// string values under the three known keys.
+ChatMessage ParseLine(std::string_view line, const std::string& where) {
+  auto fail = [&](const std::string& what) { return BadInput(where + ": " + what); };
+  if (line.size() > kMaxHistoryLine) throw fail("line longer than 16 MiB");
+  const nlohmann::json j = ParseJsonStrict(line, where, kExitBadInput);
+  if (!j.is_object()) throw fail("expected an object {\"role\": ..., \"content\": ...}");
+  if (j.empty()) throw fail("empty object");
+  ChatMessage m{Role::kUser, "", std::nullopt};
+  bool have_role = false, have_content = false;
+  for (const auto& [key, val] : j.items()) {
+    if (key != "role" && key != "content" && key != "reasoning_content")
+      throw fail("unknown key \"" + Printable(key) + "\"");
+    if (!val.is_string()) throw fail("\"" + key + "\" must be a string, not " + val.type_name());
+    const std::string& v = val.get_ref<const std::string&>();
+    // JSON allows \u0000; the transcript is text that goes through C strings and the template.
+    if (v.find('\0') != std::string::npos) throw fail("\"" + key + "\" contains \\u0000");
+    if (key == "role") {
+      have_role = true;
+      if (v == "system") m.role = Role::kSystem;
+      else if (v == "user") m.role = Role::kUser;
+      else if (v == "assistant") m.role = Role::kAssistant;
+      else throw fail("unknown role \"" + Printable(v) + "\"");
+    } else if (key == "content") {
+      have_content = true;
+      m.content = v;
     } else {
-      *out += static_cast<char>(0xF0 | (cp >> 18));
-      *out += static_cast<char>(0x80 | ((cp >> 12) & 63));
-      *out += static_cast<char>(0x80 | ((cp >> 6) & 63));
-      *out += static_cast<char>(0x80 | (cp & 63));
+      m.reasoning_content = v;
     }
   }
-  std::string String() {
-    if (Peek() != '"') {
-      if (Peek() == 'n' && s_.substr(p_, 4) == "null") Fail("null is not a string");
-      Fail("expected a string at column " + std::to_string(p_ + 1));
-    }
-    ++p_;
-    std::string out;
-    for (;;) {
-      if (p_ >= s_.size()) Fail("unterminated string");
-      const char c = s_[p_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) Fail("raw control byte inside a string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (p_ >= s_.size()) Fail("unterminated string");
-      const char e = s_[p_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp = Hex4();
-          if (cp == 0) Fail("\\u0000 is not allowed");
-          if (cp >= 0xDC00 && cp <= 0xDFFF) Fail("unpaired surrogate");
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (s_.substr(p_, 2) != "\\u") Fail("unpaired surrogate");
-            p_ += 2;
-            const unsigned lo = Hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) Fail("unpaired surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          PutUtf8(cp, &out);
-          break;
-        }
-        default: Fail(std::string("bad escape \\") + e);
-      }
-    }
-  }
-
-  std::string_view s_;
-  const std::string& where_;
-  size_t p_ = 0;
-};
+  if (!have_role) throw fail("missing key \"role\"");
+  if (!have_content) throw fail("missing key \"content\"");
+  if (m.reasoning_content && m.role != Role::kAssistant) throw fail("reasoning_content on a non-assistant message");
+  return m;
+}
 
 void AppendJsonString(std::string_view s, std::string* out) {
   static const char kHex[] = "0123456789abcdef";
@@ -192,7 +81,7 @@ void AppendJsonString(std::string_view s, std::string* out) {
 }  // namespace
 
 ChatMessage ParseHistoryLine(std::string_view line, const std::string& where) {
-  return LineParser(line, where).Parse();
+  return ParseLine(line, where);
 }
 
 std::string FormatHistoryLine(const ChatMessage& m) {

@@ -1,9 +1,11 @@
 // The chat history file: JSONL, one message per line,
 //   {"role":"system|user|assistant","content":"...","reasoning_content":"..."}
-// reasoning_content is optional and only for assistant messages. Strict on read (unknown or
-// duplicate keys, trailing data, blank lines, lines over 16 MiB, \u0000, unpaired
-// surrogates, raw control bytes, ill-formed UTF-8 are errors naming path:line); written
-// atomically (temp file, fsync, rename).
+// reasoning_content is optional and only for assistant messages. Each line goes through the
+// strict JSON parser (common/json_strict.h: duplicate keys, trailing data, ill-formed UTF-8,
+// unpaired surrogates, raw control bytes in strings are errors); then unknown keys, non-string
+// values, \u0000, blank lines and lines over 16 MiB are refused too, each naming path:line.
+// "\r\n" line ends are accepted (the \r is JSON whitespace). Written atomically (temp file,
+// fsync, rename).
 #pragma once
 #include <string>
 #include <string_view>

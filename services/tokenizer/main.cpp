@@ -4,9 +4,10 @@
 //          (or --ids-file PATH holding the same comma-separated list, for long streams)
 //   chat   --vocab DIR --history PATH [--no-think | --thinking-effort E]
 //                                           ids of the rendered transcript + generation prompt
-//   serve  --vocab DIR --control EP --bind EP  the pipeline service (serve.h, docs/pipeline.md)
+//   serve  --vocab DIR --control EP --bind EP  the pipeline service (service_process.h, docs/pipeline.md)
 // Errors print "k3-tokenizer: <message>" and exit with the k3::ExitCode of the error.
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -19,7 +20,7 @@
 #include "common/process_init.h"
 #include "chat_template.h"
 #include "history.h"
-#include "serve.h"
+#include "service_process.h"
 #include "tokenizer.h"
 
 namespace {
@@ -46,15 +47,17 @@ std::vector<uint32_t> ParseIds(const std::string& text, const std::string& sourc
   return ids;
 }
 
+// Ids as "1,2,3\n", written once. Formats digits into one preallocated buffer: per-id
+// std::to_string and appends were a visible part of `encode` on megabyte inputs.
 void PrintIds(const std::vector<uint32_t>& ids) {
-  std::string out;
-  out.reserve(ids.size() * 7);
+  std::string out(ids.size() * 11 + 1, '\0');  // 10 digits + comma per id
+  char* p = out.data();
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) out += ',';
-    out += std::to_string(ids[i]);
+    if (i) *p++ = ',';
+    p = std::to_chars(p, out.data() + out.size(), ids[i]).ptr;
   }
-  out += '\n';
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  *p++ = '\n';
+  std::fwrite(out.data(), 1, static_cast<size_t>(p - out.data()), stdout);
 }
 
 }  // namespace

@@ -10,23 +10,33 @@ void RankTable::Add(std::string_view bytes, uint32_t rank) {
 bool RankTable::Finish(uint32_t* dup_first, uint32_t* dup_second) {
   size_t cap = 16;
   while (cap < entries_.size() * 2) cap <<= 1;
-  slots_.assign(cap, kEmpty);
+  slots_.assign(cap, Slot{0, 0, kEmpty});
   mask_ = cap - 1;
   for (uint32_t e = 0; e < entries_.size(); ++e) {
     const Entry& en = entries_[e];
+    if (en.len == 0) continue;  // cannot be looked up; the vocabulary refuses empty tokens elsewhere
+    if (en.len >= 255) {
+      if (long_len_.size() < arena_.size()) long_len_.resize(arena_.size(), 0);
+      long_len_[en.off] = en.len;
+    }
     const char* p = arena_.data() + en.off;
-    const uint64_t h = Hash(p, en.len);
-    size_t i = h & mask_;
-    while (slots_[i] != kEmpty) {
-      const Entry& other = entries_[static_cast<uint32_t>(slots_[i])];
-      if (other.len == en.len && std::memcmp(arena_.data() + other.off, p, en.len) == 0) {
-        *dup_first = other.rank;
+    size_t i = Hash(Head(p, en.len), p, en.len) & mask_;
+    while (slots_[i].rank_len != kEmpty) {
+      const Slot& s = slots_[i];
+      const uint32_t other_len = (s.rank_len >> 24) == 255 ? long_len_[s.off] : s.rank_len >> 24;
+      if (other_len == en.len && std::memcmp(arena_.data() + s.off, p, en.len) == 0) {
+        *dup_first = s.rank_len & (kRankLimit - 1);
         *dup_second = en.rank;
         return false;
       }
       i = (i + 1) & mask_;
     }
-    slots_[i] = (h >> 32 << 32) | e;
+    const uint32_t len_byte = en.len < 255 ? en.len : 255;
+    slots_[i] = Slot{Head(p, en.len), en.off, len_byte << 24 | (en.rank & (kRankLimit - 1))};
+  }
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    byte_rank_[b] = Find(&c, 1);
   }
   return true;
 }

@@ -1,6 +1,7 @@
 #include "tokenizer.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "../../common/error.h"
 #include "bpe.h"
@@ -21,9 +22,130 @@ Tokenizer::Tokenizer(Vocab vocab)
                    [&](uint32_t a, uint32_t b) { return added[a].content.size() > added[b].content.size(); });
 }
 
+// Ids of the pieces of one Encode call that took merges: natural text and code repeat their
+// words, and a lookup here is one hash probe in a small table instead of a merge loop with a
+// probe of the large rank table per pair. Scoped to one call (no state in the Tokenizer, so
+// Encode stays thread-safe, and a benchmark that encodes the same text twice gains nothing).
+class PieceCache {
+ public:
+  explicit PieceCache(const RankTable& ranks) : ranks_(ranks) {}
+  // The memo of short rank lookups, for the merges of pieces not found here.
+  CachedRanks& ranks() { return ranks_; }
+
+  // Pieces longer than this are rare (whitespace or digit runs) and not worth keeping.
+  static constexpr size_t kMaxPiece = 64;
+
+  // Appends the cached ids of `piece` and returns true, or returns false.
+  bool Find(std::string_view piece, uint64_t h, std::vector<uint32_t>* out) const {
+    if (slots_.empty()) return false;
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& sl = slots_[i];
+      if (sl.key_len == 0) return false;
+      if (sl.hash == h && sl.key_len == piece.size() &&
+          std::memcmp(keys_.data() + sl.key_off, piece.data(), piece.size()) == 0) {
+        out->insert(out->end(), ids_.begin() + sl.ids_off, ids_.begin() + sl.ids_off + sl.ids_len);
+        return true;
+      }
+    }
+  }
+
+  void Put(std::string_view piece, uint64_t h, const uint32_t* ids, size_t n) {
+    if (2 * (used_ + 1) > slots_.size()) {
+      if (slots_.size() >= kMaxSlots) Clear();  // bounded memory: start over
+      else Grow();
+    }
+    Insert(Slot{h, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(piece.size()),
+                static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(n)});
+    keys_.append(piece);
+    ids_.insert(ids_.end(), ids, ids + n);
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash;
+    uint32_t key_off, key_len;  // key_len 0 = empty
+    uint32_t ids_off, ids_len;
+  };
+  static constexpr size_t kMinSlots = 1024;
+  static constexpr size_t kMaxSlots = 1 << 16;
+
+  void Insert(const Slot& s) {
+    size_t i = s.hash & mask_;
+    while (slots_[i].key_len != 0) i = (i + 1) & mask_;
+    slots_[i] = s;
+    ++used_;
+  }
+  void Grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.empty() ? kMinSlots : old.size() * 2, Slot{});
+    mask_ = slots_.size() - 1;
+    used_ = 0;
+    for (const Slot& s : old)
+      if (s.key_len) Insert(s);
+  }
+  void Clear() {
+    std::fill(slots_.begin(), slots_.end(), Slot{});
+    keys_.clear();
+    ids_.clear();
+    used_ = 0;
+  }
+
+  CachedRanks ranks_;
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t used_ = 0;
+  std::string keys_;
+  std::vector<uint32_t> ids_;
+};
+
 void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<uint32_t>* out) const {
   Splitter splitter(*pattern_);
+  PieceCache cache(vocab_.ranks());
+  EncodeOrdinary(text, out, splitter, cache);
+}
+
+void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<uint32_t>* out, Splitter& splitter,
+                               PieceCache& cache) const {
   const RankTable& ranks = vocab_.ranks();
+  CachedRanks& memo = cache.ranks();
+  // Pieces go in batches: split kBatch pieces and start loading the rank-table slot of each
+  // (almost every lookup misses the CPU caches), then look them up; the loads overlap.
+  constexpr size_t kBatch = 16;
+  struct Pending {
+    std::string_view piece;
+    uint64_t head, hash;
+  };
+  Pending batch[kBatch];
+  size_t pending = 0;
+  auto encode_piece = [&](const Pending& pc) {
+    const std::string_view piece = pc.piece;
+    // A piece that is one token is that token (tiktoken's shortcut, required for parity).
+    const uint32_t whole = ranks.Find(pc.head, pc.hash, piece.data(), piece.size());
+    if (whole != kNoRank) {
+      out->push_back(whole);
+      return;
+    }
+    if (piece.size() > PieceCache::kMaxPiece) {
+      BpeMerge(memo, piece, out);
+      return;
+    }
+    const uint64_t h = HashBytes(piece.data(), piece.size());
+    if (cache.Find(piece, h, out)) return;
+    const size_t before = out->size();
+    BpeMerge(memo, piece, out);
+    cache.Put(piece, h, out->data() + before, out->size() - before);
+  };
+  auto flush = [&] {
+    for (size_t k = 0; k < pending; ++k) encode_piece(batch[k]);
+    pending = 0;
+  };
+  auto add_piece = [&](std::string_view piece) {
+    const uint64_t head = RankTable::Head(piece.data(), piece.size());
+    const uint64_t hash = RankTable::Hash(head, piece.data(), piece.size());
+    ranks.Prefetch(hash);
+    batch[pending++] = Pending{piece, head, hash};
+    if (pending == kBatch) flush();
+  };
   // The pattern is defined on characters, so ill-formed bytes cannot be inside a piece:
   // each becomes its own single-byte token and the well-formed runs between them are
   // split independently (documented in docs/tokenizer.md).
@@ -31,8 +153,8 @@ void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<uint32_t>* out
   while (p < text.size()) {
     const size_t valid = Utf8ValidPrefix(text.substr(p));
     if (valid > 0) {
-      splitter.Split(text.substr(p, valid),
-                     [&](std::string_view piece) { BpeEncode(ranks, piece, out); });
+      splitter.Split(text.substr(p, valid), add_piece);
+      flush();  // ids stay in text order
       p += valid;
     }
     if (p < text.size()) {
@@ -45,8 +167,10 @@ void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<uint32_t>* out
 std::vector<uint32_t> Tokenizer::Encode(std::string_view text, bool allow_special) const {
   std::vector<uint32_t> out;
   out.reserve(text.size() / 3 + 4);
+  Splitter splitter(*pattern_);
+  PieceCache cache(vocab_.ranks());
   if (!allow_special || vocab_.added().empty()) {
-    EncodeOrdinary(text, &out);
+    EncodeOrdinary(text, &out, splitter, cache);
     return out;
   }
   const auto& added = vocab_.added();
@@ -65,12 +189,12 @@ std::vector<uint32_t> Tokenizer::Encode(std::string_view text, bool allow_specia
       ++p;
       continue;
     }
-    EncodeOrdinary(text.substr(seg, p - seg), &out);
+    EncodeOrdinary(text.substr(seg, p - seg), &out, splitter, cache);
     out.push_back(t->id);
     p += t->content.size();
     seg = p;
   }
-  EncodeOrdinary(text.substr(seg), &out);
+  EncodeOrdinary(text.substr(seg), &out, splitter, cache);
   return out;
 }
 

@@ -12,6 +12,8 @@
 
 namespace k3::tok {
 
+class PieceCache;
+
 class Tokenizer {
  public:
   // Reads DIR/tiktoken.model and DIR/tokenizer_config.json (k3::Error kExitBadInput).
@@ -23,6 +25,7 @@ class Tokenizer {
   // found in `text` (leftmost, longest first) become their ids; used only for control
   // segments the program writes itself.
   std::vector<uint32_t> Encode(std::string_view text, bool allow_special) const;
+  // Appends the ids of `text` with no added tokens recognised.
   void EncodeOrdinary(std::string_view text, std::vector<uint32_t>* out) const;
 
   // Concatenated bytes of the ids; throws kExitBadInput naming the first unknown id.
@@ -31,6 +34,8 @@ class Tokenizer {
   const Vocab& vocab() const { return vocab_; }
 
  private:
+  void EncodeOrdinary(std::string_view text, std::vector<uint32_t>* out, Splitter& splitter, PieceCache& cache) const;
+
   Vocab vocab_;
   std::shared_ptr<const SplitPattern> pattern_;
   std::vector<uint32_t> specials_by_length_;  // indices into vocab_.added(), longest first

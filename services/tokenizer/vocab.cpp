@@ -1,14 +1,13 @@
 #include "vocab.h"
 
-#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "../../common/error.h"
+#include "common/error.h"
+#include "common/json_strict.h"
 #include "base64.h"
 #include "utf8.h"
 
@@ -60,12 +59,13 @@ Vocab Vocab::Parse(std::string_view model_text, std::string_view config_text,
     const std::string_view rank_text = line.substr(sp + 1);
     auto bytes = Base64Decode(b64);
     if (!bytes) throw LineError(model_name, line_no, "malformed base64");
+    if (bytes->empty()) throw LineError(model_name, line_no, "empty token");
     uint32_t rank = 0;
     auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
     if (ec != std::errc() || end != rank_text.data() + rank_text.size() || rank_text.empty() ||
         (rank_text.size() > 1 && rank_text[0] == '0'))
       throw LineError(model_name, line_no, "malformed rank \"" + std::string(rank_text) + "\"");
-    if (rank >= (1u << 24)) throw LineError(model_name, line_no, "rank too large");
+    if (rank >= kRankLimit) throw LineError(model_name, line_no, "rank too large");
     if (rank >= by_rank.size()) {
       by_rank.resize(rank + 1);
       line_of_rank.resize(rank + 1, 0);
@@ -97,15 +97,8 @@ Vocab Vocab::Parse(std::string_view model_text, std::string_view config_text,
   }
 
   // --- tokenizer_config.json: added_tokens_decoder.
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(config_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann reports "line L, column C"; keep the message on one line.
-    std::string msg = e.what();
-    std::replace(msg.begin(), msg.end(), '\n', ' ');
-    throw BadInput(config_name + ": bad JSON: " + msg);
-  }
+  // Strict: a repeated id key is an error here, where nlohmann alone would keep the last.
+  const nlohmann::json cfg = ParseJsonStrict(config_text, config_name, kExitBadInput);
   if (!cfg.is_object() || !cfg.contains("added_tokens_decoder") ||
       !cfg["added_tokens_decoder"].is_object())
     throw BadInput(config_name + ": missing object \"added_tokens_decoder\"");
@@ -131,7 +124,7 @@ Vocab Vocab::Parse(std::string_view model_text, std::string_view config_text,
       if (!val["special"].is_boolean()) throw BadInput(where + "\"special\" must be a boolean");
       special = val["special"].get<bool>();
     }
-    by_id[id] = AddedToken{id, content, special};  // JSON keys are unique after parsing
+    by_id[id] = AddedToken{id, content, special};  // the strict parser refused repeated keys
   }
   for (const auto& [id, tok] : by_id) {
     for (const auto& prev : v.added_)

@@ -1,4 +1,4 @@
-"""The parity corpus: named byte strings covering the case kinds of ENGINE-REFERENCE §4 plus
+"""The parity corpus: named byte strings covering the alternatives of the split pattern (docs/tokenizer.md) plus
 scripts, code, structured text, whitespace and digit runs, and ill-formed UTF-8."""
 
 CASES = {

@@ -12,7 +12,8 @@ import json
 import os
 import sys
 
-# K3's added tokens by offset from the first added id (K3-MODEL.md §1.7); the rest are
+# K3's added tokens by offset from the first added id (as in the released K3
+# tokenizer_config.json); the rest are
 # reserved names.
 K3_ADDED = {0: "[BOS]", 1: "[EOS]", 2: "<|end_of_msg|>", 3: "<|open|>", 4: "<|close|>",
             5: "<|sep|>", 18: "<|media_begin|>", 19: "<|media_content|>", 20: "<|media_end|>",

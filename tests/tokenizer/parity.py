@@ -57,6 +57,11 @@ def main():
     big = os.path.join(work, "big.txt")
     run([PY, os.path.join(HERE, "make_big_text.py"), big])
     files["big_mixed_text"] = big
+    # The texts of the speed benchmark too: the code-point matcher on many scripts, and code.
+    for kind, mb in (("nonlatin", "1"), ("python", "1")):
+        p = os.path.join(work, f"{kind}.txt")
+        run([PY, os.path.join(HERE, "make_big_text.py"), p, "--mb", mb, "--kind", kind])
+        files[f"{kind}_text"] = p
 
     ref_json = os.path.join(work, "ref.json")
     env = dict(os.environ, NODE_PATH=node_modules)
@@ -90,8 +95,8 @@ def main():
             passed += 1
         else:
             failed += 1
-        if name == "big_mixed_text":
-            print(f"big mixed text: {len(data)} bytes -> {len(ours)} ids, parity {'ok' if ok else 'FAIL'}, "
+        if name.endswith("_text"):
+            print(f"{name}: {len(data)} bytes -> {len(ours)} ids, parity {'ok' if ok else 'FAIL'}, "
                   f"roundtrip {'ok' if rt else 'FAIL'}")
     print(f"tokenizer parity: {matched}/{len(files)} cases match")
 

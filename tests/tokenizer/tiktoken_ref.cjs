@@ -3,7 +3,9 @@
 // intersections as written in tokenization_kimi.py.
 //
 //   node tiktoken_ref.cjs encode VOCAB_DIR OUT.json FILE...   ids per file -> JSON {file: [ids]}
-//   node tiktoken_ref.cjs bench FILE SECONDS                    prints "MB/s <cpu-time based> wall_MB/s <...>"
+//   node tiktoken_ref.cjs bench FILE SECONDS [REPEATS]          prints "MB/s <median cpu-time based> wall_MB/s <...>"
+//   node tiktoken_ref.cjs print FILE                            ids comma-separated on stdout (what
+//                                                               `k3-tokenizer encode` does; whole-process timing)
 //
 // tiktoken encodes strings, not bytes; the engine's rule for ill-formed UTF-8 (each ill-formed
 // byte is one single-byte token, the well-formed runs around it are encoded separately) is
@@ -40,6 +42,7 @@ function leadLength(b) {
 }
 
 function encodeBytes(enc, buf) {
+  if (isUtf8(buf)) return Array.from(enc.encode_ordinary(buf.toString("utf8")));  // the common case, no per-byte loop
   const out = [];
   let runStart = 0;
   let i = 0;
@@ -70,28 +73,46 @@ function main() {
     for (const f of files) result[f] = encodeBytes(enc, fs.readFileSync(f));
     fs.writeFileSync(outPath, JSON.stringify(result));
     enc.free();
+  } else if (mode === "print") {
+    const enc = makeEncoder(null);
+    const ids = encodeBytes(enc, fs.readFileSync(args[0]));
+    fs.writeSync(1, ids.join(",") + "\n");
+    enc.free();
   } else if (mode === "bench") {
-    const [file, seconds] = args;
+    // Same protocol as bench_tokenizer.cpp: REPEATS runs of SECONDS each, medians printed.
+    const [file, seconds, repeatsArg] = args;
     const enc = makeEncoder(null);
     const buf = fs.readFileSync(file);
     const text = buf.toString("utf8");
     encodeBytes(enc, buf.subarray(0, Math.min(buf.length, 1 << 16)));  // warm up
-    const limit = Number(seconds || 5) * 1000;
-    const t0 = process.hrtime.bigint();
-    const c0 = process.cpuUsage();
-    let bytes = 0;
+    const limit = Number(seconds || 2) * 1000;
+    const repeats = Math.max(1, Number(repeatsArg || 5));
+    const median = (v) => {
+      const s = [...v].sort((a, b) => a - b);
+      const n = s.length;
+      return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    };
+    const cpuRates = [];
+    const wallRates = [];
     let ids = 0;
-    do {
-      ids += enc.encode_ordinary(text).length;
-      bytes += buf.length;
-    } while (Number(process.hrtime.bigint() - t0) / 1e6 < limit);
-    const sec = Number(process.hrtime.bigint() - t0) / 1e9;
-    const cu = process.cpuUsage(c0);
-    const cpu = (cu.user + cu.system) / 1e6;  // whole process: the encoder is single-threaded
-    console.log(`MB/s ${(bytes / cpu / 1e6).toFixed(3)} wall_MB/s ${(bytes / sec / 1e6).toFixed(3)} ids ${ids} bytes ${bytes} seconds ${sec.toFixed(3)}`);
+    for (let r = 0; r < repeats; ++r) {
+      const t0 = process.hrtime.bigint();
+      const c0 = process.cpuUsage();
+      let bytes = 0;
+      do {
+        ids = enc.encode_ordinary(text).length;
+        bytes += buf.length;
+      } while (Number(process.hrtime.bigint() - t0) / 1e6 < limit);
+      const sec = Number(process.hrtime.bigint() - t0) / 1e9;
+      const cu = process.cpuUsage(c0);
+      const cpu = (cu.user + cu.system) / 1e6;  // whole process: the encoder is single-threaded
+      cpuRates.push(bytes / cpu / 1e6);
+      wallRates.push(bytes / sec / 1e6);
+    }
+    console.log(`MB/s ${median(cpuRates).toFixed(3)} wall_MB/s ${median(wallRates).toFixed(3)} ids ${ids} bytes ${buf.length} repeats ${repeats} all ${cpuRates.map((x) => x.toFixed(3)).join(",")}`);
     enc.free();
   } else {
-    console.error("usage: tiktoken_ref.cjs encode VOCAB_DIR OUT.json FILE... | bench FILE SECONDS");
+    console.error("usage: tiktoken_ref.cjs encode VOCAB_DIR OUT.json FILE... | bench FILE SECONDS [REPEATS] | print FILE");
     process.exit(2);
   }
 }

@@ -31,8 +31,8 @@ TEST(TokenizerProtocol, RoundTrip) {
   RoundTrip(tk::Encode{7, "hello world", false}, "tokenizer.Encode");
   RoundTrip(tk::Encode{8, binary, true}, "tokenizer.Encode");
   RoundTrip(tk::Encode{9, "", false}, "tokenizer.Encode");
-  RoundTrip(tk::Encoded{7, {0, 1, 163839, 255}}, "tokenizer.Encoded");
-  RoundTrip(tk::Encoded{7, {}}, "tokenizer.Encoded");
+  RoundTrip(tk::EncodedIds{7, {0, 1, 163839, 255}}, "tokenizer.EncodedIds");
+  RoundTrip(tk::EncodedIds{7, {}}, "tokenizer.EncodedIds");
   RoundTrip(tk::Decode{3, {104, 105}, false, false}, "tokenizer.Decode");
   RoundTrip(tk::Decode{4, {228}, true, false}, "tokenizer.Decode");
   RoundTrip(tk::Decode{4, {}, true, true}, "tokenizer.Decode");
@@ -88,11 +88,11 @@ TEST(TokenizerProtocol, GarbageAndFlippedBytesRejectedOrSafe) {
 }
 
 TEST(TokenizerProtocol, KindMustMatchPayload) {
-  Encoded e = Encode(tokenizer::Encoded{1, {2}});
+  Encoded e = Encode(tokenizer::EncodedIds{1, {2}});
   std::array<uint8_t, 2> lie = Encode(tokenizer::Decode{1, {2}, false, false}).kind.bytes();
   auto r = DecodeTokenizer(KindSpan(lie), e.payload);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().find("tokenizer.Encoded"), std::string::npos) << r.error();
+  EXPECT_NE(r.error().find("tokenizer.EncodedIds"), std::string::npos) << r.error();
 }
 
 TEST(TokenizerProtocol, OtherProtocolsRejectedBothWays) {

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +60,45 @@ TEST_F(CliTest, EncodeDecodeRoundTrip) {
   EXPECT_EQ(out, want_text + "\n");
   ASSERT_EQ(Run("decode --vocab " + P("vocab") + " --ids " + want_text, &out), 0);
   EXPECT_EQ(out, text);
+}
+
+// Fault 7 of issue 12: a repeated added-token id used to be accepted (nlohmann keeps the
+// last). Every JSON input now goes through the strict parser: one line naming the file, exit 7.
+TEST_F(CliTest, ConfigWithDuplicateIdKeyIsRefused) {
+  const std::string n = std::to_string(testing::TestNumRanks());
+  Write("vocab/tokenizer_config.json", "{\"added_tokens_decoder\": {\"" + n + "\": {\"content\": \"<a>\"}, \"" + n +
+                                           "\": {\"content\": \"<b>\"}}}");
+  Write("in.txt", "hi");
+  std::string out, err;
+  EXPECT_EQ(Run("encode --vocab " + P("vocab") + " --file " + P("in.txt"), &out, &err), kExitBadInput);
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(err, "k3-tokenizer: " + P("vocab/tokenizer_config.json") + ": duplicate key \"" + n + "\"\n");
+}
+
+TEST_F(CliTest, ConfigWithBadUtf8OrTrailingDataIsRefused) {
+  std::string out, err;
+  for (const std::string& bad : {std::string("{\"added_tokens_decoder\": {}} x"),
+                                 std::string("{\"added_tokens_decoder\": {}, \"k\": \"\xff\"}")}) {
+    Write("vocab/tokenizer_config.json", bad);
+    EXPECT_EQ(Run("encode --vocab " + P("vocab") + " --file " + P("vocab/tiktoken.model"), &out, &err), kExitBadInput);
+    EXPECT_EQ(err.rfind("k3-tokenizer: " + P("vocab/tokenizer_config.json") + ": invalid JSON: ", 0), 0u) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+}
+
+// JSON Lines allows "\r\n" line ends (JSON whitespace); the old hand-written parser called
+// the \r a raw control byte. Duplicate keys in a history line are refused with path:line.
+TEST_F(CliTest, ChatHistoryGoesThroughTheStrictParser) {
+  std::string out, crlf_out, err;
+  Write("h.jsonl", "{\"role\":\"user\",\"content\":\"Hello\"}\n");
+  ASSERT_EQ(Run("chat --vocab " + P("vocab") + " --history " + P("h.jsonl") + " --no-think", &out), 0);
+  Write("crlf.jsonl", "{\"role\":\"user\",\"content\":\"Hello\"}\r\n");
+  EXPECT_EQ(Run("chat --vocab " + P("vocab") + " --history " + P("crlf.jsonl") + " --no-think", &crlf_out, &err), 0)
+      << err;
+  EXPECT_EQ(crlf_out, out);
+  Write("dup.jsonl", "{\"role\":\"user\",\"role\":\"user\",\"content\":\"Hello\"}\n");
+  EXPECT_EQ(Run("chat --vocab " + P("vocab") + " --history " + P("dup.jsonl"), &out, &err), kExitBadInput);
+  EXPECT_EQ(err, "k3-tokenizer: " + P("dup.jsonl") + ":1: duplicate key \"role\"\n");
 }
 
 TEST_F(CliTest, ChatRendersHistory) {

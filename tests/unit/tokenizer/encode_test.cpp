@@ -47,18 +47,31 @@ TEST(PreTokenizer, HandWorkedSplits) {
   EXPECT_EQ(Split("it'\xc5\xbf"), (Pieces{"it'\xc5\xbf"}));     // (?i) folds U+017F to s
 }
 
-// The ASCII fast path must agree with PCRE2 alone, including next to non-ASCII bytes.
+// The hand-written matcher must agree with PCRE2 alone on every script and class mix.
 TEST(PreTokenizer, FastPathMatchesPcre) {
   const char* alphabet[] = {"a", "b", "Z", "Q", "0", "7", " ", " ", "\t", "\n", "\r", "'", "s", "t", "r", "e",
                             "l", "v", "d", "m", ".", "(", "_", "\x01", "\xc3\xa9", "\xe4\xbd\xa0", "\xc2\xa0",
-                            "\xe3\x80\x80", "\xd9\xa3", "\xc5\xbf", "\xe2\x82\xac", "\xcc\x81"};
+                            "\xe3\x80\x80", "\xd9\xa3", "\xc5\xbf", "\xe2\x82\xac", "\xcc\x81",
+                            // Д д Σ ω ǅ(Lt) ʰ(Lm) あ(Lo) ⺀(Han, So) 〇(Han, Nl) 々(Han, Lm) Ⅻ(Nl) ²(No)
+                            "\xd0\x94", "\xd0\xb4", "\xce\xa3", "\xcf\x89", "\xc7\x85", "\xca\xb0",
+                            "\xe3\x81\x82", "\xe2\xba\x80", "\xe3\x80\x87", "\xe3\x80\x85", "\xe2\x85\xab",
+                            "\xc2\xb2",
+                            // U+2028, NEL, K (Kelvin), 😀, ZWJ, U+0903 (Mc), 𠀀 (Han, 4 bytes), ٣ , ـ (Lm)
+                            "\xe2\x80\xa8", "\xc2\x85", "\xe2\x84\xaa", "\xf0\x9f\x98\x80", "\xe2\x80\x8d",
+                            "\xe0\xa4\x83", "\xf0\xa0\x80\x80", "\xd9\x80"};
   std::mt19937 rng(11);
-  for (int iter = 0; iter < 3000; ++iter) {
+  for (int iter = 0; iter < 20000; ++iter) {
     std::string s;
     const int len = 1 + static_cast<int>(rng() % 24);
     for (int i = 0; i < len; ++i) s += alphabet[rng() % (sizeof(alphabet) / sizeof(alphabet[0]))];
     ASSERT_EQ(Split(s, true), Split(s, false)) << "input: " << s;
   }
+}
+
+// Issue 12: PCRE2_ANCHORED passed at match time turned the JIT off; it is a compile option now.
+TEST(PreTokenizer, PcreJitIsUsed) {
+  const SplitPattern pattern;
+  EXPECT_GT(pattern.JitSize(), 0u);
 }
 
 TEST(Bpe, MergesLowestRankFirst) {
@@ -79,6 +92,7 @@ TEST(Bpe, MergesLowestRankFirst) {
 
 TEST(Bpe, LinearAndHeapAgree) {
   const RankTable& r = TestTokenizer().vocab().ranks();
+  CachedRanks memo(r);
   std::mt19937 rng(3);
   const char letters[] = "abchelowrd  \n";
   for (int iter = 0; iter < 2000; ++iter) {
@@ -88,6 +102,11 @@ TEST(Bpe, LinearAndHeapAgree) {
     BpeMergeLinear(r, s, &a);
     BpeMergeHeap(r, s, &b);
     ASSERT_EQ(a, b) << s;
+    std::vector<uint32_t> c, d;  // the encoder's path: the same merges through the memo
+    BpeMergeLinear(memo, s, &c);
+    BpeMergeHeap(memo, s, &d);
+    ASSERT_EQ(a, c) << s;
+    ASSERT_EQ(a, d) << s;
   }
 }
 

@@ -82,6 +82,15 @@ TEST_F(HistoryTest, AcceptsJsonEscapesAndSurrogatePairs) {
   EXPECT_EQ(h[0].content, "\xf0\x9f\x98\x80 \xc3\xa9/\b\f");
 }
 
+// JSON Lines: "\r\n" ends a line too (the \r is JSON whitespace), and JSON whitespace may
+// sit between tokens.
+TEST_F(HistoryTest, AcceptsCrlfAndJsonWhitespace) {
+  WriteRaw("{\"role\":\"user\",\"content\":\"a\"}\r\n{ \"role\" :\r\"assistant\",\t\"content\":\"b\" }\r\n");
+  const auto h = ReadHistory(path_);
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[1].content, "b");
+}
+
 TEST_F(HistoryTest, MissingFile) {
   EXPECT_TRUE(ReadHistory(path_, /*missing_ok=*/true).empty());
   EXPECT_THROW(ReadHistory(path_), Error);
@@ -92,24 +101,24 @@ TEST_F(HistoryTest, Rejections) {
   const std::string a = "{\"role\":\"assistant\",\"content\":\"yo\"}\n";
   ExpectReject(u + "{\"role\":\"assistant\",\"content\":\"x\",\"extra\":1}\n", ":2: unknown key \"extra\"");
   ExpectReject("{\"role\":\"user\",\"content\":\"a\",\"content\":\"b\"}\n", ":1: duplicate key \"content\"");
-  ExpectReject("{\"role\":\"user\",\"content\":\"a\"} x\n", ":1: trailing data");
-  ExpectReject("{\"role\":\"user\",\"content\":\"a\"}{}\n", ":1: trailing data");
+  ExpectReject("{\"role\":\"user\",\"content\":\"a\"} x\n", ":1: invalid JSON: ");
+  ExpectReject("{\"role\":\"user\",\"content\":\"a\"}{}\n", "expected end of input");
   ExpectReject(u + "\n" + a, ":2: blank line");
   ExpectReject("{\"role\":\"user\",\"content\":\"a\\u0000b\"}\n", "\\u0000");
-  ExpectReject("{\"role\":\"user\",\"content\":\"\\ud83d\"}\n", "unpaired surrogate");
-  ExpectReject("{\"role\":\"user\",\"content\":\"\\ude00\"}\n", "unpaired surrogate");
-  ExpectReject("{\"role\":\"user\",\"content\":\"\\ud83d\\u0041\"}\n", "unpaired surrogate");
-  ExpectReject("{\"role\":\"user\",\"content\":\"a\x01" "b\"}\n", "raw control byte");
-  ExpectReject("{\"role\":\"user\",\"content\":\"a\xff\"}\n", "not valid UTF-8");
-  ExpectReject("{\"role\":\"user\",\"content\":5}\n", "expected a string");
-  ExpectReject("{\"role\":\"user\",\"content\":null}\n", "null is not a string");
+  ExpectReject("{\"role\":\"user\",\"content\":\"\\ud83d\"}\n", "surrogate");
+  ExpectReject("{\"role\":\"user\",\"content\":\"\\ude00\"}\n", "surrogate");
+  ExpectReject("{\"role\":\"user\",\"content\":\"\\ud83d\\u0041\"}\n", "surrogate");
+  ExpectReject("{\"role\":\"user\",\"content\":\"a\x01" "b\"}\n", "control character U+0001");
+  ExpectReject("{\"role\":\"user\",\"content\":\"a\xff\"}\n", "ill-formed UTF-8");
+  ExpectReject("{\"role\":\"user\",\"content\":5}\n", "\"content\" must be a string");
+  ExpectReject("{\"role\":\"user\",\"content\":null}\n", "must be a string, not null");
   ExpectReject("{\"role\":\"bot\",\"content\":\"a\"}\n", "unknown role");
   ExpectReject("{\"role\":\"user\"}\n", "missing key \"content\"");
   ExpectReject("{\"content\":\"a\"}\n", "missing key \"role\"");
   ExpectReject("{\"role\":\"user\",\"content\":\"a\",\"reasoning_content\":\"r\"}\n", "reasoning_content");
-  ExpectReject("[1]\n", "expected '{'");
-  ExpectReject("{\"role\":\"user\",\"content\":\"a\"\n", ":1: expected '}'");
-  ExpectReject("{\"role\":\"user\",\"content\":\"a\\q\"}\n", "bad escape");
+  ExpectReject("[1]\n", "expected an object");
+  ExpectReject("{\"role\":\"user\",\"content\":\"a\"\n", ":1: invalid JSON: ");
+  ExpectReject("{\"role\":\"user\",\"content\":\"a\\q\"}\n", "forbidden character after backslash");
   ExpectReject(u + "{\"role\":\"system\",\"content\":\"s\"}\n", ":2: system message only allowed first");
   ExpectReject(a, ":1: assistant message must follow a user message");
   ExpectReject(u + u, ":2: user message must follow an assistant message");

@@ -1,13 +1,13 @@
 // The tokenizer service: its pure core in-process (encode/decode/stream/chat replies, failures,
 // rejects), and `k3-tokenizer serve` as a real process over real sockets (handshake, answers,
 // malformed messages rejected and counted while it keeps answering, shutdown and signals).
-#include "service.h"
+#include "service_core.h"
 
 #include <gtest/gtest.h>
 
 #include "chat_template.h"
 #include "common/error.h"
-#include "services/tokenizer/serve.h"
+#include "services/tokenizer/service_process.h"
 #include "test_vocab.h"
 #include "tests/unit/services/service_harness.h"
 
@@ -38,10 +38,10 @@ std::vector<int32_t> Wire(const std::vector<uint32_t>& v) { return {v.begin(), v
 TEST(TokenizerService, EncodeMatchesLibrary) {
   TokenizerService s(TestTokenizer());
   const std::string text = "hello world, <|open|> thinking\n\n";
-  const auto& e = As<tk::Encoded>(s.Handle(tk::Encode{17, text, false}));
+  const auto& e = As<tk::EncodedIds>(s.Handle(tk::Encode{17, text, false}));
   EXPECT_EQ(e.request_id, 17u);
   EXPECT_EQ(e.ids, Wire(TestTokenizer().Encode(text, false)));
-  const auto& sp = As<tk::Encoded>(s.Handle(tk::Encode{18, text, true}));
+  const auto& sp = As<tk::EncodedIds>(s.Handle(tk::Encode{18, text, true}));
   EXPECT_EQ(sp.ids, Wire(TestTokenizer().Encode(text, true)));
   EXPECT_NE(sp.ids, e.ids);  // the special token is one id only with allow_special
   EXPECT_EQ(s.counters().requests, 2u);
@@ -96,7 +96,7 @@ TEST(TokenizerService, UnknownAndNegativeIdsFail) {
 TEST(TokenizerService, RenderChatMatchesTemplate) {
   TokenizerService s(TestTokenizer());
   const std::string hist = "{\"role\":\"system\",\"content\":\"be brief\"}\n{\"role\":\"user\",\"content\":\"hello\"}\n";
-  const auto& e = As<tk::Encoded>(s.Handle(tk::RenderChat{6, hist, false, ""}));
+  const auto& e = As<tk::EncodedIds>(s.Handle(tk::RenderChat{6, hist, false, ""}));
   ChatOptions opt;
   opt.thinking = false;
   const std::vector<ChatMessage> msgs = {{Role::kSystem, "be brief", std::nullopt}, {Role::kUser, "hello", std::nullopt}};
@@ -107,7 +107,7 @@ TEST(TokenizerService, RenderChatMatchesTemplate) {
 
 TEST(TokenizerService, RepliesFromARequesterAreRejected) {
   TokenizerService s(TestTokenizer());
-  EXPECT_FALSE(s.Handle(tk::Encoded{1, {1}}).has_value());
+  EXPECT_FALSE(s.Handle(tk::EncodedIds{1, {1}}).has_value());
   EXPECT_FALSE(s.Handle(tk::Decoded{1, "x"}).has_value());
   EXPECT_FALSE(s.Handle(tk::Failed{1, tk::Error::kBadInput, "x"}).has_value());
   EXPECT_EQ(s.counters().rejected, 3u);
@@ -141,7 +141,7 @@ TEST_F(ServeProcess, AnswersRejectsMalformedAndKeepsAnswering) {
   peer.Send(tk::Encode{1, text, false});
   auto r = peer.Recv(ipc::DecodeTokenizer);
   ASSERT_TRUE(r.has_value()) << launcher_.ReadStderr("tokenizer");
-  EXPECT_EQ(std::get<tk::Encoded>(*r).ids, Wire(TestTokenizer().Encode(text, false)));
+  EXPECT_EQ(std::get<tk::EncodedIds>(*r).ids, Wire(TestTokenizer().Encode(text, false)));
 
   // Malformed: one frame of junk, a kind frame with a truncated payload, another protocol,
   // and a reply type the service never accepts.

@@ -80,7 +80,7 @@ TEST(Vocab, RejectsMissingSingleByte) {
 }
 
 TEST(Vocab, RejectsBadConfig) {
-  ExpectBad(TestModelText(), "{\"added_tokens_decoder\": {", "tokenizer_config.json: bad JSON");
+  ExpectBad(TestModelText(), "{\"added_tokens_decoder\": {", "tokenizer_config.json: invalid JSON");
   ExpectBad(TestModelText(), "{\n\"added_tokens_decoder\": {,}}", "line 2");
   ExpectBad(TestModelText(), "{}", "missing object \"added_tokens_decoder\"");
   ExpectBad(TestModelText(), "{\"added_tokens_decoder\": {\"7\": {\"content\": \"<x>\"}}}",
@@ -93,6 +93,11 @@ TEST(Vocab, RejectsBadConfig) {
   ExpectBad(TestModelText(),
             "{\"added_tokens_decoder\": {\"" + n + "\": {\"content\": \"<a>\"}, \"" + n1 + "\": {\"content\": \"<a>\"}}}",
             "share content");
+  // A repeated id key: nlohmann alone would keep the last silently.
+  ExpectBad(TestModelText(),
+            "{\"added_tokens_decoder\": {\"" + n + "\": {\"content\": \"<a>\"}, \"" + n + "\": {\"content\": \"<b>\"}}}",
+            "tokenizer_config.json: duplicate key \"" + n + "\"");
+  ExpectBad(TestModelText(), "{\"added_tokens_decoder\": {}, \"added_tokens_decoder\": {}}", "duplicate key");
 }
 
 TEST(Vocab, LoadFromMissingDirectory) {

@@ -1,4 +1,6 @@
-// `k3-tokenizer serve`: the tokenizer as a pipeline service (docs/pipeline.md, "k3-tokenizer").
+// `k3-tokenizer serve`: the process shell of the tokenizer pipeline service (sockets, control
+// link, stop signals; docs/pipeline.md, "k3-tokenizer serve"). The request -> reply logic is
+// TokenizerService in service_core.h.
 #pragma once
 #include <string>
 

@@ -1,5 +1,5 @@
 // The tokenizer service's pure core: one tokenizer-protocol request in, one reply out. No
-// sockets here (services/tokenizer/main.cpp is the process shell), so it is unit-testable.
+// sockets here (service_process.cpp is the process shell around it), so it is unit-testable.
 //
 // Streaming decode keeps one StreamDecoder per request_id, so a stream's replies never end
 // inside a UTF-8 character; `final` flushes and forgets the stream. At most kMaxStreams
@@ -19,7 +19,7 @@
 namespace k3::tok {
 
 struct ServiceCounters {
-  uint64_t requests = 0;        // requests answered (Encoded, Decoded or Failed)
+  uint64_t requests = 0;        // requests answered (EncodedIds, Decoded or Failed)
   uint64_t encoded_bytes = 0;   // text bytes encoded (Encode + RenderChat history)
   uint64_t decoded_ids = 0;     // ids decoded
   uint64_t failed = 0;          // requests answered with Failed

@@ -1,4 +1,4 @@
-#include "serve.h"
+#include "service_process.h"
 
 #include <chrono>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include "common/ipc/protocol.h"
 #include "common/ipc/zmq_channel.h"
 #include "common/run_main.h"
-#include "service.h"
+#include "service_core.h"
 #include "common/service/service_shell.h"
 
 namespace k3::tok {

@@ -1,4 +1,4 @@
-#include "service.h"
+#include "service_core.h"
 
 #include <algorithm>
 
@@ -36,7 +36,7 @@ std::optional<tk::Message> TokenizerService::Handle(const tk::Message& m) {
   else if (const auto* d = std::get_if<tk::Decode>(&m)) reply = OnDecode(*d);
   else if (const auto* c = std::get_if<tk::RenderChat>(&m)) reply = OnRenderChat(*c);
   else {
-    ++counters_.rejected;  // Encoded / Decoded / Failed flow only from the service
+    ++counters_.rejected;  // EncodedIds / Decoded / Failed flow only from the service
     return std::nullopt;
   }
   ++counters_.requests;
@@ -46,7 +46,7 @@ std::optional<tk::Message> TokenizerService::Handle(const tk::Message& m) {
 
 tk::Message TokenizerService::OnEncode(const tk::Encode& m) {
   counters_.encoded_bytes += m.text.size();
-  return tk::Encoded{m.request_id, ToWire(tok_.Encode(m.text, m.allow_special))};
+  return tk::EncodedIds{m.request_id, ToWire(tok_.Encode(m.text, m.allow_special))};
 }
 
 StreamDecoder& TokenizerService::Stream(uint64_t id) {
@@ -108,7 +108,7 @@ tk::Message TokenizerService::OnRenderChat(const tk::RenderChat& m) {
     ChatOptions opt;
     opt.thinking = m.thinking;
     opt.thinking_effort = effort;
-    return tk::Encoded{m.request_id, ToWire(ChatTemplate(tok_).Render(msgs, opt, /*add_generation_prompt=*/true))};
+    return tk::EncodedIds{m.request_id, ToWire(ChatTemplate(tok_).Render(msgs, opt, /*add_generation_prompt=*/true))};
   } catch (const Error& e) {
     return Fail(m.request_id, tk::Error::kBadInput, e.what());
   }
