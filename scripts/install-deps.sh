@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
-# Installs every Debian package k3 needs to build and test (idempotent).
-# Usage: scripts/install-deps.sh [--with-torch]   (torch is only for training the demo model)
+# Installs every Debian package k3 needs (idempotent).
+# Usage: scripts/install-deps.sh [--tests] [--with-torch]
+#   (none)        build the engine and run the demo
+#   --tests       also what the test suite needs so that no test skips: torch for
+#                 demo_train_parts, Node.js + npm for tokenizer_parity (scripts/test.sh uses this)
+#   --with-torch  also what training the demo model needs (train/, not part of CI)
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config
-      libgtest-dev libgmock-dev googletest
       libzmq3-dev cppzmq-dev libflatbuffers-dev flatbuffers-compiler
       libtomlplusplus-dev nlohmann-json3-dev libcli11-dev liburing-dev
-      libpcre2-dev libxxhash-dev libomp-dev zlib1g-dev
+      libpcre2-dev libxxhash-dev zlib1g-dev
+      libgtest-dev libgmock-dev googletest
       python3 python3-numpy)
-# Node.js (for the test-only tiktoken peer) ships with npm on these machines; only add it if absent.
-command -v npm >/dev/null 2>&1 || PKGS+=(nodejs npm)
-# Training the demo model (train/, not part of CI) also needs torch, the regex module, the
-# training text and a threaded BLAS (the reference BLAS makes torch ~10x slower).
-if [[ "${1:-}" == "--with-torch" ]]; then PKGS+=(python3-torch python3-regex fortunes fortunes-min libopenblas0-pthread); fi
+tests=0 torch=0
+for a in "$@"; do
+  case "$a" in
+    --tests) tests=1 ;;
+    --with-torch) torch=1 ;;
+    *) echo "usage: scripts/install-deps.sh [--tests] [--with-torch]" >&2; exit 2 ;;
+  esac
+done
+if ((tests || torch)); then PKGS+=(python3-torch); fi
+# Node.js (the test-only tiktoken peer) ships with npm on some machines (and Debian's npm package
+# conflicts with such a node); only add the Debian pair if npm is absent.
+if ((tests)) && ! command -v npm >/dev/null 2>&1; then PKGS+=(nodejs npm); fi
+# Training also needs the regex module, the training text and a threaded BLAS (the reference
+# BLAS makes torch ~10x slower).
+if ((torch)); then PKGS+=(python3-regex fortunes fortunes-min libopenblas0-pthread); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,10 +9,12 @@ Checks, failing with a non-zero exit on any miss:
   2. decode(encode(x)) == x byte for byte (k3-tokenizer decode of its own ids);
   3. the chat CLI: control ids only in the frame, one <|end_of_msg|> per message, and a user
      typing control-token text cannot inject a control id.
-Prints "tokenizer parity: N/N cases match" and a closing "N passed, N failed" line."""
+Prints "tokenizer parity: N/N cases match" and a closing "N passed, N failed" line.
+Exit 77 (ctest's Skipped) when node is not installed (scripts/install-deps.sh --tests installs it)."""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -40,6 +42,9 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
     args = ap.parse_args()
+    if shutil.which("node") is None:
+        print("skipped: node not found (install the Debian packages nodejs and npm)")
+        return 77
     node_modules = os.path.join(HERE, "node_modules")
     work = os.path.abspath(args.work)
     vocab = os.path.join(work, "vocab")
