@@ -1,6 +1,6 @@
 // config.json reader. Every field the engine uses is read explicitly; a missing required
 // field is an error naming it, and a value the engine does not implement is refused rather
-// than approximated (K3-MODEL.md §1). Documented optional defaults are listed in one place
+// than approximated (docs/model.md, "Configuration fields"). Documented optional defaults are listed in one place
 // below (ParseModelConfig, "optional fields").
 #include "common/model_config.h"
 
@@ -174,7 +174,7 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& fi
       o->Fail("tie_word_embeddings", "tied embeddings are not implemented (K3 has a separate lm_head)");
   }
 
-  // ---- optional fields with documented defaults (K3-MODEL.md §3.7, §3.8) ----
+  // ---- optional fields with documented defaults (docs/model.md, "Configuration fields") ----
   c.situ_beta = tc.Has("activation_situ_beta") ? tc.Num("activation_situ_beta") : 1.0;
   if (c.situ_beta <= 0) tc.Fail("activation_situ_beta", "must be positive");
   c.situ_linear_capped = tc.Has("activation_situ_linear_beta");

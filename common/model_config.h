@@ -1,6 +1,6 @@
 // The language-model part of a K3 config.json (the released nested layout: top level is the
 // VL wrapper, the model lives under text_config). Parsing validates every field the engine
-// uses and refuses anything it does not implement, naming the field (K3-MODEL.md §1).
+// uses and refuses anything it does not implement, naming the field (docs/model.md, "Configuration fields").
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,7 +30,7 @@ struct ModelConfig {
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
   // Epsilon of q_a_layernorm / kv_a_layernorm: not in config.json; the HF remote code uses the
-  // RMSNorm class default 1e-6 (K3-MODEL.md §7.1). Overridable for experiments.
+  // RMSNorm class default 1e-6 (docs/model.md, "Where sources disagree"). Overridable for experiments.
   double mla_norm_eps = 1e-6;
   // KDA (linear_attn_config)
   int64_t kda_heads = 0;

@@ -12,7 +12,7 @@ constexpr const char* kLayerPrefix = "language_model.model.layers.";
 struct RoleInfo {
   TensorRole role;
   const char* suffix;
-  DType dtype;  // as released (K3-MODEL.md §2.6)
+  DType dtype;  // as released (docs/model.md, "Dtypes and bf16")
 };
 
 // F32 only for the KDA conv taps, A_log, dt_bias, o_norm and the router bias.
@@ -182,7 +182,7 @@ std::vector<int64_t> ExpectedShape(const ModelConfig& c, TensorRole role) {
     case R::kKdaFAProj: return {c.kda_head_dim, H};
     case R::kKdaFBProj: return {P, c.kda_head_dim};
     case R::kKdaBProj: return {c.kda_heads, H};
-    // Released zero-padded from num_heads to head_dim (K3-MODEL.md §7 item 2).
+    // Released zero-padded from num_heads to head_dim (docs/model.md, "Where sources disagree").
     case R::kKdaALog: return {std::max(c.kda_heads, c.kda_head_dim)};
     case R::kKdaDtBias: return {P};
     case R::kKdaONorm: return {c.kda_head_dim};

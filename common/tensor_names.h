@@ -1,4 +1,4 @@
-// The one place that spells checkpoint tensor names (K3-MODEL.md §2.2-2.3), plus the
+// The one place that spells checkpoint tensor names (docs/model.md, "Tensor names"), plus the
 // per-layer tensor lists and byte ranges the trunk reader and expert fetcher plan reads with.
 // Everyone resolves names through these functions; no other file formats a tensor name.
 #pragma once
@@ -80,8 +80,8 @@ std::vector<std::string> LayerTrunkNames(const ModelConfig& cfg, int layer);
 // All six tensor names of one expert, in w1,w2,w3 x packed,scale order.
 std::vector<std::string> ExpertTensorNames(int layer, int expert);
 
-// Dtype and shape as released (K3-MODEL.md §2.3, §2.6). Loaders should compare shapes and
-// may accept F32 where the release uses BF16 for small vectors (§7 item 3).
+// Dtype and shape as released (docs/model.md, "Tensor names", "Dtypes and bf16"). Loaders should compare shapes and
+// may accept F32 where the release uses BF16 for small vectors ("Where sources disagree").
 DType ReleaseDType(TensorRole role);
 DType ReleaseDType(ModelRole role);
 std::vector<int64_t> ExpectedShape(const ModelConfig& cfg, TensorRole role);
@@ -128,7 +128,7 @@ ByteRange GlobalsRange(const Checkpoint& ck, GlobalsSet set = {});
 
 // Checks that every tensor the config implies (trunk of every layer, every expert, the model
 // level) is present with the expected shape and a usable dtype: F32 or BF16 for trunk and
-// model tensors (the release mixes both, §2.6), U8 for expert tensors. A_log may be [heads]
+// model tensors (the release mixes both, docs/model.md "Dtypes and bf16"), U8 for expert tensors. A_log may be [heads]
 // or padded to [head_dim]. Throws BadModel naming the first offending tensor.
 void ValidateCheckpoint(const Checkpoint& ck, const ModelConfig& cfg);
 

@@ -22,7 +22,7 @@ try:
 except ImportError:  # pragma: no cover - the ASCII fallback below is exact on ASCII text
     regex = None
 
-# Kimi pat_str (ENGINE-REFERENCE.md §4): alternatives H, A, B, C, D, E, F, G in order.
+# Kimi pat_str (docs/model.md, "Tokenizer and special ids"): alternatives H, A, B, C, D, E, F, G in order.
 _LU = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]"
 _LL = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]"
 _CONTR = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
@@ -56,7 +56,7 @@ SPECIAL_NAMES = {0: "[BOS]", 1: "[EOS]", 2: "<|end_of_msg|>", 3: "<|open|>", 4: 
 
 
 def special_tokens(n_ranks):
-    """{id: name} for the 256 specials that follow the ranks, as in the release (K3-MODEL.md §1.7)."""
+    """{id: name} for the 256 specials that follow the ranks, as in the release (docs/model.md, "Tokenizer and special ids")."""
     return {n_ranks + k: SPECIAL_NAMES.get(k, f"<|reserved_token_{k}|>") for k in range(256)}
 
 

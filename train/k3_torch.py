@@ -1,4 +1,4 @@
-"""K3 text model in torch for training the demo (K3-MODEL.md §3-4), parameters named as in the release.
+"""K3 text model in torch for training the demo (docs/model.md), parameters named as in the release.
 
 Every K3 feature is kept: KDA and gated MLA mixers, dense layer 0, Stable LatentMoE with
 sigmoid top-k routing, bias-corrected selection and shared experts, Attention Residuals,
@@ -56,7 +56,7 @@ def mxfp4_fake(w):
 def kda_chunked(q, k, v, g, beta, chunk=16):
     """Delta rule with per-channel decay, exact chunked form, zero initial state.
 
-    q,k,v,g: [B,H,T,D] (g = log alpha in [-5, 0]), beta: [B,H,T]. Per token (K3-MODEL.md §3.5.6):
+    q,k,v,g: [B,H,T,D] (g = log alpha in [-5, 0]), beta: [B,H,T]. Per token (docs/model.md, "Kimi Delta Attention"):
     S <- diag(alpha) S; u = beta (v - S^T k); S <- S + k u^T; o = S^T q.
     Inside a chunk with cumulative log decay G_t and chunk state S0 the token updates satisfy
     (I + A) u = beta (v - (e^G k) S0) with A[t,s] = beta_t sum_d k_t k_s e^(G_t - G_s) (s < t),

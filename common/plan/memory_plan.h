@@ -1,4 +1,4 @@
-// The memory plan (ARCHITECTURE.md §3) as a pure function: one budget apportioned across
+// The memory plan (docs/memory-plan.md) as a pure function: one budget apportioned across
 // every process and shared region, never exceeding it. Documented in docs/memory-plan.md.
 //
 // Order of claims: a floor that every run needs (compute state for the requested context,

@@ -1,4 +1,4 @@
-// The K3 model forward over a chunk of tokens (K3-MODEL.md §3.4 and Appendix A): embedding,
+// The K3 model forward over a chunk of tokens (docs/model.md, "Layer wiring and Attention Residuals"): embedding,
 // 93 (or cfg.num_layers) decoder layers with Attention Residuals, output AttnRes, final norm
 // and lm_head. State (KDA, conv, MLA cache) is carried between calls, so a prompt can be fed
 // in chunks and generation one token at a time.

@@ -10,19 +10,19 @@
 
 namespace k3::compute {
 
-// Kimi Delta Attention (K3-MODEL.md §3.5); advances the recurrent state and conv windows.
+// Kimi Delta Attention (docs/model.md, "Kimi Delta Attention"); advances the recurrent state and conv windows.
 void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const float* x,
                 int64_t T, float* out);
 
-// Gated MLA with NoPE in the absorbed form over the latent cache (§3.6); appends T rows.
+// Gated MLA with NoPE in the absorbed form over the latent cache ("Gated MLA"); appends T rows.
 void MlaForward(const ModelConfig& cfg, const MlaWeights& w, MlaCache& cache, const float* x,
                 int64_t T, float* out);
 
-// SiTU-GLU MLP (dense layer 0 and the shared experts; §3.7).
+// SiTU-GLU MLP (dense layer 0 and the shared experts; "SiTU-GLU feed-forward").
 void FfnForward(const ModelConfig& cfg, const FfnWeights& w, const float* x, int64_t T,
                 float* out);
 
-// Router (§3.8 steps 1-3) for T tokens of x[T][hidden]: logits[T][E], then per token the top-k
+// Router ("Latent MoE" steps 1-3) for T tokens of x[T][hidden]: logits[T][E], then per token the top-k
 // ids idx[T][K] and their weights[T][K] (Route in ops.h).
 void RouteTokens(const ModelConfig& cfg, const MoeWeights& w, const float* x, int64_t T, float* logits,
                  int32_t* idx, float* weights);
@@ -34,7 +34,7 @@ struct ExpertHint {
   std::vector<int32_t> experts;
 };
 
-// Stable LatentMoE (§3.8); topk_out[T][top_k] receives the selected experts (may be null);
+// Stable LatentMoE ("Latent MoE"); topk_out[T][top_k] receives the selected experts (may be null);
 // `hint` (may be null) is handed to `experts` right after this layer's request.
 void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
                 const float* x, int64_t T, float* out, int32_t* topk_out, const ExpertHint* hint = nullptr);

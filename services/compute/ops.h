@@ -1,4 +1,4 @@
-// The per-token primitive ops of the K3 forward pass (K3-MODEL.md §3). Each works on one
+// The per-token primitive ops of the K3 forward pass (docs/model.md, "Forward pass"). Each works on one
 // token's vectors (or one head), so the same arithmetic runs whatever the chunk size or
 // thread count; callers parallelise over tokens / heads / channels. Reductions accumulate
 // in double in a fixed order: cheap next to the matmuls and close to the float64 reference.

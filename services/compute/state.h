@@ -1,4 +1,4 @@
-// Per-sequence state carried between forward calls (K3-MODEL.md §6): the KDA recurrent state
+// Per-sequence state carried between forward calls (docs/model.md, "Sequence state"): the KDA recurrent state
 // and short-conv windows, and the MLA latent cache (normalised c + shared k_pe per position).
 // AttnRes carries nothing across tokens.
 #pragma once

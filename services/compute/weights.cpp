@@ -141,7 +141,7 @@ LayerWeights BindLayer(const ModelConfig& cfg, int64_t l, const TensorResolver& 
     k.conv_k = Vec(find, N(TensorRole::kKdaKConv1d), conv);
     k.conv_v = Vec(find, N(TensorRole::kKdaVConv1d), conv);
     // A_log ships zero-padded to head_dim entries; only the first num_heads are per-head
-    // decay scales (K3-MODEL.md §7.2). Accept the padded and the exact length.
+    // decay scales (docs/model.md, "Where sources disagree"). Accept the padded and the exact length.
     std::vector<std::vector<int64_t>> alog = {{std::max(D, cfg.kda_heads)}, {cfg.kda_heads},
                                               {cfg.kda_heads, 1}, {1, 1, cfg.kda_heads, 1}};
     k.a_log = Vec(find, N(TensorRole::kKdaALog), alog, cfg.kda_heads);

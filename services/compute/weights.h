@@ -1,7 +1,7 @@
 // Bound weights of one layer / the model head: big matrices are kern::DenseMat views into
 // wherever the bytes live (mmap in standalone, shared memory in the pipeline); small vectors
 // are widened to float at bind time. Binding checks dtype and shape against the config and
-// throws k3::Error(kExitBadModel) naming the tensor (K3-MODEL.md §2.3).
+// throws k3::Error(kExitBadModel) naming the tensor (docs/model.md, "Tensor names").
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,5 +1,5 @@
 // Per-(layer, expert) request counters and the demand request trace, written by
-// --dump-cache-trace DIR as ENGINE-REFERENCE.md §1.10 / §3.4 describe:
+// --dump-cache-trace DIR as docs/formats.md ("Expert cache trace") describes:
 //   expert_hist.json  {"n_layers":N,"n_experts":E,"counts":{"L,e":count,...}} (nonzero only)
 //   expert_trace.bin  little-endian int32 (layer, expert) pairs in request order, no header
 // Hits and misses are counted separately for the stats line.

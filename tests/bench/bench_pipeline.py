@@ -4,7 +4,7 @@ with real K3 layer sizes, next to the disk's raw O_DIRECT bandwidth and the mach
 read bandwidth measured in the same run. Not a test: it prints numbers and writes a report.
 
     bench_pipeline.py BUILD_DIR [--bin DIR] [--layers 4] [--experts 64] [--vocab 32768]
-                      [--gen 8] [--repeats 3] [--io direct] [--report docs/benchmarks.md]
+                      [--gen 8] [--repeats 3] [--io direct] [--report tests/bench/results/FILE.md]
 
 BUILD_DIR caches the generated checkpoint (BUILD_DIR/bench-ckpt-L*-E*-V*, ~10 GB) and the run
 files (BUILD_DIR/bench-runs/). Binaries come from BUILD_DIR/bin unless --bin is given.
@@ -338,7 +338,7 @@ def main(argv=None):
     ap.add_argument("--nice", type=int, default=-20,
                     help="niceness of the measured commands (negative needs root; 0 = unchanged)")
     ap.add_argument("--budgets", help="comma-separated MiB budgets instead of the automatic three")
-    ap.add_argument("--report", help="write the markdown results here (e.g. docs/benchmarks.md)")
+    ap.add_argument("--report", help="write the markdown results here (e.g. tests/bench/results/YYYY-MM-DD-runs-X.md)")
     a = ap.parse_args(argv)
     if a.gen < 2:
         ap.error("--gen must be >= 2 (s/token is measured over decode steps)")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Gate: the generator writes the RELEASED layout (K3-MODEL.md §1-2), checked with the
+"""Gate: the generator writes the RELEASED layout (docs/model.md, "Checkpoint files"), checked with the
 reference's own reader plus a structural check of every shard header.
 
     test_layout.py            (K3_TESTDATA must hold the fixture's tiny and tiny-s99-bf16)
@@ -54,7 +54,7 @@ def check_shard_structure(path):
 
 
 def expected_shapes(cfg):
-    """name -> shape for every tensor of K3-MODEL.md §2.3 at the config's dimensions."""
+    """name -> shape for every tensor of docs/model.md "Tensor names" at the config's dimensions."""
     H, V = cfg.hidden, cfg.vocab
     Pk, D = cfg.kda_heads * cfg.kda_dim, cfg.kda_dim
     out = {P + "embed_tokens.weight": [V, H], "language_model.lm_head.weight": [V, H], P + "norm.weight": [H],

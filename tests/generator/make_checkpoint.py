@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write a K3 checkpoint in the RELEASED layout for any dimensions (K3-MODEL.md §1-2, §4).
+"""Write a K3 checkpoint in the RELEASED layout for any dimensions (docs/model.md).
 
     make_checkpoint.py OUT_DIR [--preset tiny|real] [--seed S] [--layers N] [--experts E]
                        [--vocab V] [--small-dtype release|f32|bf16]
@@ -35,7 +35,7 @@ PRESETS = {
                  top_k=16, shared=2, latent=3584, moe_inter=3072, dense_inter=33792, block=12),
 }
 
-# Release dtypes of the small tensors (K3-MODEL.md §2.6); matrices are always BF16.
+# Release dtypes of the small tensors (docs/model.md, "Dtypes and bf16"); matrices are always BF16.
 RELEASE_F32 = ("A_log", "dt_bias", "conv1d.weight", "o_norm.weight", "e_score_correction_bias")
 
 

@@ -1,4 +1,4 @@
-"""MXFP4 quantiser for test checkpoints (K3-MODEL.md §4).
+"""MXFP4 quantiser for test checkpoints (docs/model.md, "MXFP4 experts").
 
 Per group of 32 along the input dimension: exponent e = floor(log2(amax)) - 2, elements
 rounded to the nearest E2M1 value of x / 2^e (saturating at +-6), scale stored as the E8M0

@@ -1,4 +1,4 @@
-"""Safetensors shard writer in the released K3 layout (K3-MODEL.md §2.1).
+"""Safetensors shard writer in the released K3 layout (docs/model.md, "Checkpoint files").
 
 Layout rules it enforces: tensors ordered F32, then BF16, then U8, names sorted as strings
 inside each dtype group; compact JSON header without __metadata__, padded with spaces to a

@@ -113,7 +113,7 @@ def main(argv=None):
     ap.add_argument("--dump-logits")
     ap.add_argument("--dump-trace")
     ap.add_argument("--mla-norm-eps", type=float, default=1e-6,
-                    help="eps of the MLA q_a/kv_a layernorms (K3-MODEL.md §7.1: 1e-6 official HF, 1e-5 vLLM)")
+                    help="eps of the MLA q_a/kv_a layernorms (docs/model.md, 'Where sources disagree': 1e-6 official HF, 1e-5 vLLM)")
     ap.add_argument("--expert-inputs", choices=("f32", "bf16"), default="f32",
                     help="bf16: round the routed experts' inputs to bf16 (the engine's --expert-inputs bf16)")
     ap.add_argument("--skip-tf", action="store_true",

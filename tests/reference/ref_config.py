@@ -38,5 +38,5 @@ class Config:
         self.kda_layers = set(la["kda_layers"])
 
     def is_kda(self, layer):
-        """Layer L (0-based) is KDA iff L+1 is listed in kda_layers (K3-MODEL.md §1.4)."""
+        """Layer L (0-based) is KDA iff L+1 is listed in kda_layers (docs/model.md, "Configuration fields")."""
         return (layer + 1) in self.kda_layers

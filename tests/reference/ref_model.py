@@ -1,4 +1,4 @@
-"""K3 forward pass in float64 (K3-MODEL.md §3, Appendix A). Full recompute over a token list.
+"""K3 forward pass in float64 (docs/model.md, "Forward pass"). Full recompute over a token list.
 
 Lazy, so real K3 geometry fits in a few GB: the shards stay mapped, small tensors (norm gains,
 biases, conv taps) are cached, matrices are widened to float64 in row blocks only while a
@@ -20,7 +20,7 @@ class Model:
     def __init__(self, ckpt, cfg, mla_norm_eps=1e-6, expert_inputs="f32"):
         self.ck, self.cfg, self.mla_eps = ckpt, cfg, mla_norm_eps
         # "bf16": the routed experts' inputs (latent z, and the SiTU output feeding w2) are
-        # rounded to bf16 first, as the official bf16 reference feeds them (K3-MODEL.md §3.0).
+        # rounded to bf16 first, as the official bf16 reference feeds them (docs/model.md, "Numerics").
         self.expert_in = ops.round_bf16 if expert_inputs == "bf16" else (lambda a: a)
         self._cache = {}
 

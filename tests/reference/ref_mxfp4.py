@@ -1,4 +1,4 @@
-"""MXFP4 decoder (K3-MODEL.md §4): E2M1 nibbles, low nibble = even element, E8M0 group scales."""
+"""MXFP4 decoder (docs/model.md, "MXFP4 experts"): E2M1 nibbles, low nibble = even element, E8M0 group scales."""
 import numpy as np
 
 E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,

@@ -1,4 +1,4 @@
-"""The K3 primitives in float64, written from K3-MODEL.md §3. The forward pass and the
+"""The K3 primitives in float64, written from docs/model.md ("Forward pass"). The forward pass and the
 op-case emitter both call these, so op cases test the engine against the reference itself."""
 import numpy as np
 

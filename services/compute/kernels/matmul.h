@@ -54,7 +54,7 @@ void MatmulMxfp4Avx2(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
 void MatmulMxfp4Avx512(const Mxfp4Mat& W, const float* X, int64_t T, float* Y);
 
 // The MXFP4 product with X rounded to bf16 first (round to nearest even), which is how the
-// official reference feeds the routed experts (bf16 activations, K3-MODEL.md §3.0). Products
+// official reference feeds the routed experts (bf16 activations, docs/model.md "Numerics"). Products
 // stay exact (bf16 input times E2M1 times a power of two), sums are f32; only the inputs lose
 // bits. Where the CPU has AVX512-BF16 (and the group is 32) the body needs ~7 vector ops per 32
 // weights instead of ~13-17; elsewhere X is rounded and the dispatched f32 body runs. Same determinism

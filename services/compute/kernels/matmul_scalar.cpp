@@ -31,7 +31,7 @@ void WidenBf16(const uint16_t* src, int64_t n, float* dst) {
   }
 }
 
-// E2M1 code -> value; bit 3 is the sign (see K3-MODEL.md section 4).
+// E2M1 code -> value; bit 3 is the sign (see docs/model.md, "MXFP4 experts").
 constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 

@@ -1,5 +1,5 @@
 // Release geometry: the REAL config.json and model.safetensors.index.json.gz against the
-// published figures (K3-MODEL.md §1, §2.1-2.5, Appendix B). Expected numbers below come from
+// published figures (docs/model.md, "Release sizes"). Expected numbers below come from
 // the spec text, not from the code under test.
 #include <gtest/gtest.h>
 
@@ -55,7 +55,7 @@ TEST_F(ReleaseGeometry, LayerMapAndExpertSize) {
   EXPECT_EQ(c.layer_kind[92], MixerKind::MLA);
   EXPECT_EQ(c.layer_kind[0], MixerKind::KDA);
   EXPECT_EQ(c.expert_bytes(), 17547264);
-  EXPECT_EQ(c.expert_bytes() % 4096, 0);  // 4284 x 4096 (K3-MODEL.md §4)
+  EXPECT_EQ(c.expert_bytes() % 4096, 0);  // 4284 x 4096 (docs/model.md, "Checkpoint files")
 }
 
 TEST_F(ReleaseGeometry, ExpertBytesPerToken) {
@@ -134,9 +134,9 @@ TEST_F(ReleaseGeometry, TrunkBytesFromConfigAndReleaseDTypes) {
   }
   EXPECT_EQ(largest_layer, 0);
   EXPECT_NEAR(static_cast<double>(largest) / 1e9, 2.341, 0.0005);  // "2.341 GB (layer 0, dense)"
-  EXPECT_NEAR(static_cast<double>(total) / 1e9, 108.81, 0.005);    // per-layer trunk total (§2.5)
+  EXPECT_NEAR(static_cast<double>(total) / 1e9, 108.81, 0.005);    // per-layer trunk total ("Release sizes")
 
-  // Published shard file sizes (§2.1, Appendix B) = 8 + header + tensor bytes. Headers are
+  // Published shard file sizes (docs/model.md, "Release sizes") = 8 + header + tensor bytes. Headers are
   // JSON text of at most ~1 MB here, so the remainder must be positive and small.
   const int64_t experts = c.num_experts * c.expert_bytes();
   auto header_of = [](int64_t shard_size, int64_t tensor_bytes) { return shard_size - 8 - tensor_bytes; };

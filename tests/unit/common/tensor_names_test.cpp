@@ -1,4 +1,4 @@
-// Tensor names and byte ranges: spellings from K3-MODEL.md §2.2-2.3, ranges over hand-made
+// Tensor names and byte ranges: spellings from docs/model.md "Tensor names", ranges over hand-made
 // shards (dtype-then-name order, as released) and over the project's checkpoint generator.
 #include <gtest/gtest.h>
 

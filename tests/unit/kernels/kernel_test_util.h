@@ -1,5 +1,5 @@
 // Shared helpers of the kernel tests: random data, an independent MXFP4 decoder written from
-// K3-MODEL.md section 4, and double-precision reference products.
+// docs/model.md "MXFP4 experts", and double-precision reference products.
 #pragma once
 #include <gtest/gtest.h>
 

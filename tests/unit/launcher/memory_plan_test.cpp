@@ -298,8 +298,8 @@ TEST_F(RealRelease, TrunkSizesFromShapesAndReleaseDtypes) {
   const int64_t total = std::accumulate(m.trunk_bytes.begin(), m.trunk_bytes.end(), int64_t{0});
   std::cout << "real trunk total " << total << " bytes, layer 0 " << m.trunk_bytes[0] << ", layer 1 "
             << m.trunk_bytes[1] << ", layer 3 " << m.trunk_bytes[3] << "\n";
-  EXPECT_NEAR(static_cast<double>(total), 108.81e9, 0.01e9);  // K3-MODEL.md §2.5
-  // Shard 1 (layer 0 only, dense) is 2,341,216,112 bytes including its header (Appendix B).
+  EXPECT_NEAR(static_cast<double>(total), 108.81e9, 0.01e9);  // docs/model.md, "Release sizes"
+  // Shard 1 (layer 0 only, dense) is 2,341,216,112 bytes including its header (docs/model.md, "Release sizes").
   EXPECT_LT(m.trunk_bytes[0], 2341216112);
   EXPECT_GT(m.trunk_bytes[0], 2341216112 - 16384);
   EXPECT_EQ(m.expert_bytes, 17547264);
@@ -321,7 +321,7 @@ TEST_F(RealRelease, EveryTrunkTensorIsInTheIndexInItsLayersShard) {
       ++n;
     }
   }
-  EXPECT_EQ(n, 2460u - 5u);  // K3-MODEL.md §2.4: 2,460 text tensors, 5 of them model-level
+  EXPECT_EQ(n, 2460u - 5u);  // docs/model.md, "Release sizes": 2,460 text tensors, 5 of them model-level
 }
 
 TEST_F(RealRelease, PlansAt8G32G128G) {
