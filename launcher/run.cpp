@@ -385,12 +385,13 @@ void Runner::SampleMemory() {
 
 // Shutdown to every service, then wait for them to exit while still taking their messages
 // (final Stats, compute's Done, a Dead about an output that could not be written) and exit
-// statuses. A requested stop (signal, closed stdout) stops compute first (it reaches a safe
-// point within 1 s; 1.2 s at most), then the others (0.3 s), then SIGTERM.
+// statuses. Every service gets Shutdown at once; for a requested stop (signal, closed stdout)
+// the wait is 1.2 s at most (compute reaches a safe point within 1 s), then SIGTERM (0.3 s).
 void Runner::Stop(const std::string& reason) {
   SampleMemory();
   stopping_ = true;
-  auto shutdown = [&](bool compute) {
+  // Compute first, so it starts towards its safe point before the weight services go.
+  for (bool compute : {true, false})
     for (const Service& s : sup_.services()) {
       if (s.pid <= 0 || (s.name == "compute") != compute) continue;
       try {
@@ -399,34 +400,16 @@ void Runner::Stop(const std::string& reason) {
         // not connected (yet): SIGTERM below takes care of it
       }
     }
-  };
-  auto running = [&](bool compute_only) {
-    for (const Service& s : sup_.services())
-      if (s.pid > 0 && (!compute_only || s.name == "compute")) return true;
-    return false;
-  };
-  auto wait = [&](Clock::time_point deadline, bool compute_only) {
-    while (running(compute_only) && Clock::now() < deadline)
+  auto wait = [&](Clock::time_point deadline) {
+    while (sup_.AnyRunning() && Clock::now() < deadline)
       Pump(std::min(deadline, Clock::now() + std::chrono::milliseconds(20)));
   };
+  // Compute stops at a safe point within 1 s without the weight services (it looks for the
+  // stop while it waits for weights too), so they stop together and the weight services get
+  // the whole window to send their final Stats.
   const bool requested = StopRequested();
-  if (requested) {
-    // Compute first: cut short mid-generation it may still need the weight services to reach
-    // its safe point (within 1 s); its final Stats and Done arrive while we wait.
-    shutdown(true);
-    wait(Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(std::min(opt_.shutdown_timeout, 1.2) * 1000)),
-         true);
-    // Still running: it did not see the Shutdown in time; SIGTERM now (our child), in
-    // parallel with the others' stop.
-    for (const Service& s : sup_.services())
-      if (s.pid > 0 && s.name == "compute") ::kill(s.pid, SIGTERM);
-    shutdown(false);
-    wait(Clock::now() + std::chrono::milliseconds(300), false);
-  } else {
-    shutdown(true);
-    shutdown(false);
-    wait(Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt_.shutdown_timeout * 1000)), false);
-  }
+  const double grace = requested ? std::min(opt_.shutdown_timeout, 1.2) : opt_.shutdown_timeout;
+  wait(Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(grace * 1000)));
   sup_.KillAll(std::chrono::milliseconds(requested ? 300 : 2000));
   // What the services sent right before exiting may still be on its way.
   Pump(Clock::now() + std::chrono::milliseconds(30));
