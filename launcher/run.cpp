@@ -104,6 +104,7 @@ class Runner {
   std::vector<int32_t> generated_;
   std::vector<Clock::time_point> token_arrivals_;  // when each generated token reached the launcher
   std::optional<ipc::compute::RunStats> done_;
+  std::optional<ipc::compute::StopReason> finish_reason_;  // Done.reason
   std::optional<Failure> first_dead_;  // the first Dead received: the root cause, preferred
   std::optional<Failure> failure_;     // what ended the run (a death, a Dead, a timeout)
   bool stopping_ = false;              // Shutdown sent: exits now are expected
@@ -237,6 +238,7 @@ void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
     }
   } else if (const auto* d = std::get_if<ipc::compute::Done>(&r.message)) {
     done_ = d->stats;
+    finish_reason_ = d->reason;
   }
 }
 
@@ -476,6 +478,7 @@ RunRecord Runner::Record(const std::vector<int32_t>& ids, bool interrupted, cons
   for (size_t i = 1; i < token_arrivals_.size(); ++i)
     r.token_seconds.push_back(std::chrono::duration<double>(token_arrivals_[i] - token_arrivals_[i - 1]).count());
   r.done = done_;
+  r.finish_reason = finish_reason_;
   r.run_seconds = run_seconds_;
   r.service_stats = stats_;
   r.peak = peak_;
@@ -547,7 +550,9 @@ int Runner::Run() {
     Stop(e.what());
     throw;
   }
-  const bool requested = StopRequested() && !done_;
+  // A Done that says compute was interrupted (it saw the same Ctrl-C) is still a requested stop.
+  const bool requested =
+      StopRequested() && (!done_ || finish_reason_ == ipc::compute::StopReason::kInterrupted);
   const std::string stop_reason = !requested       ? (failure_ ? failure_->msg : "run finished")
                                   : stdout_closed_ ? "stdout closed"
                                                    : std::string("interrupted by ") + SignalName(sup_.stop_signal());
