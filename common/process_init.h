@@ -17,4 +17,9 @@ namespace k3 {
 
 void InitProcess();
 
+// For command-line work that has no safe point to stop at and nothing to save (k3-tokenizer
+// encode / decode / chat): SIGINT, SIGTERM and SIGHUP end the process at once with exit 5, the
+// requested-stop code of every binary (docs/exit-codes.md), instead of death by the signal.
+void ExitOnStopSignals();
+
 }  // namespace k3

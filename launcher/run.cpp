@@ -19,6 +19,7 @@
 #include "common/ipc/shm_arena.h"
 #include "common/ipc/slot_table.h"
 #include "common/ipc/zmq_channel.h"
+#include "common/stdout_writer.h"
 #include "launcher/run_resources.h"
 #include "launcher/tokenizer_client.h"
 #include "proc_stats.h"
@@ -337,16 +338,10 @@ bool Runner::Pump(Clock::time_point deadline) {
 void Runner::Out(const std::string& s) {
   if (stdout_closed_ || s.empty()) return;
   progress_.BeforeStdout();
-  std::fwrite(s.data(), 1, s.size(), stdout);
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    const int err = errno;
-    std::clearerr(stdout);
-    if (err == EPIPE) {
-      stdout_closed_ = true;  // the reader is gone (| head): stop like Ctrl-C, quietly
-    } else {
-      stdout_closed_ = true;
-      Fail({kExitOutput, "stdout", std::string("stdout: ") + std::strerror(err)});
-    }
+  const StdoutWrite w = WriteStdout(s);
+  if (w != StdoutWrite::kOk) {
+    stdout_closed_ = true;  // closed: the reader is gone (| head), stop like Ctrl-C, quietly
+    if (w == StdoutWrite::kFailed) Fail({kExitOutput, "stdout", std::string("stdout: ") + std::strerror(errno)});
   }
   progress_.AfterStdout(s.back() == '\n');
 }
