@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_pipeline import children_of, shm_names  # noqa: E402
+from proc_util import children_of, free_port, last_line, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,17 +37,6 @@ TIMEOUT = 300
 
 def launch_cmd(*args):
     return [os.path.join(BIN, "k3-launch"), DEMO] + list(args)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def last_line(text):
-    lines = [l for l in text.splitlines() if l.strip()]
-    return lines[-1] if lines else ""
 
 
 class LauncherFaults(unittest.TestCase):
