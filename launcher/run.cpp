@@ -33,6 +33,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// The one Generate of a run; Tokens and Done name it.
+constexpr uint64_t kGenerateId = 1;
+
 std::string SelfDir() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
@@ -103,6 +106,7 @@ class Runner {
   std::map<std::string, ProcMemory> peak_;
   std::map<std::string, std::string> stderr_partial_;  // per service: its unfinished stderr line
   std::vector<int32_t> generated_;
+  size_t prompt_sent_ = 0;  // ids in the Generate
   std::vector<Clock::time_point> token_arrivals_;  // when each generated token reached the launcher
   std::optional<ipc::compute::RunStats> done_;
   std::optional<ipc::compute::StopReason> finish_reason_;  // Done.reason
@@ -227,7 +231,7 @@ void Runner::HandleControl(const ipc::Received<ipc::control::Message>& r) {
 
 void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
   if (const auto* t = std::get_if<ipc::compute::Token>(&r.message)) {
-    if (t->index != static_cast<int32_t>(generated_.size())) return;
+    if (t->request_id != kGenerateId || t->index != static_cast<int32_t>(generated_.size())) return;
     generated_.push_back(t->id);
     token_arrivals_.push_back(Clock::now());
     if (tok_) tok_->PushIds({t->id});
@@ -238,7 +242,15 @@ void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
                                   static_cast<double>(std::max<int64_t>(opt_.gen - 1, 1)), s, false));
     }
   } else if (const auto* d = std::get_if<ipc::compute::Done>(&r.message)) {
+    if (d->request_id != kGenerateId) return;
     done_ = d->stats;
+    // Compute's own counts against what arrived here: a difference means Tokens were lost.
+    if (d->stats.generated_tokens != static_cast<int32_t>(generated_.size()) ||
+        d->stats.prompt_tokens != static_cast<int32_t>(prompt_sent_))
+      progress_.Always("[launch] warning: compute generated " + std::to_string(d->stats.generated_tokens) +
+                       " tokens for a prompt of " + std::to_string(d->stats.prompt_tokens) + ", but " +
+                       std::to_string(generated_.size()) + " arrived for a prompt of " +
+                       std::to_string(prompt_sent_));
     finish_reason_ = d->reason;
   }
 }
@@ -348,7 +360,8 @@ void Runner::Out(const std::string& s) {
 
 void Runner::SendGenerate(const std::vector<int32_t>& ids) {
   ipc::compute::Generate g;
-  g.request_id = 1;
+  g.request_id = kGenerateId;
+  prompt_sent_ = ids.size();
   g.ids = ids;
   g.gen = static_cast<int32_t>(opt_.gen);
   g.full_recompute = opt_.full_recompute;
