@@ -7,14 +7,16 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "common/plan/memory_plan.h"
+
 namespace k3::launch {
 namespace {
 
 std::string Amount(double v, bool bytes) {
   char buf[48];
+  // The plan's units from 1 MiB up; below it KiB, not the plan's exact bytes (a live count).
+  if (bytes && v >= 1024.0 * 1024) return plan::FormatBytes(static_cast<int64_t>(v));
   if (!bytes) std::snprintf(buf, sizeof buf, "%.0f", v);
-  else if (v >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1024.0 * 1024 * 1024));
-  else if (v >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", v / (1024.0 * 1024));
   else std::snprintf(buf, sizeof buf, "%.0f KiB", v / 1024.0);
   return buf;
 }
