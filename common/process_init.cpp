@@ -76,6 +76,12 @@ class LineStderrBuf : public std::streambuf {
 };
 
 extern "C" void IgnoreSignal(int) {}
+}  // namespace
+
+void WriteStderr(const char* text, size_t n) { WriteAll(text, n); }
+
+namespace {
+
 extern "C" void ExitInterrupted(int) { _exit(5); }  // kExitInterrupted; _exit is async-signal-safe
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "common/plan/memory_plan.h"
+#include "common/process_init.h"
 
 namespace k3::launch {
 namespace {
@@ -56,14 +57,7 @@ ProgressLine ProgressLine::ForStdio(bool quiet) {
 }
 
 void ProgressLine::Write(const std::string& s) {
-  // One write per line: lines of several processes share this stderr.
-  size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t n = ::write(2, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
+  WriteStderr(s.data(), s.size());  // one write per line: several processes share this stderr
 }
 
 void ProgressLine::Show(const std::string& text, bool force) {

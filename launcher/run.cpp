@@ -334,11 +334,7 @@ bool Runner::Pump(Clock::time_point deadline) {
                              {tok_ ? tok_->socket().handle() : nullptr, -1, ZMQ_POLLIN, 0}};
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   const long ms = std::clamp<long>(static_cast<long>(left.count()), 0, 200);
-  try {
-    zmq::poll(items, tok_ ? 4 : 3, std::chrono::milliseconds(ms));
-  } catch (const zmq::error_t& e) {
-    if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
-  }
+  ipc::Poll(items, tok_ ? 4 : 3, std::chrono::milliseconds(ms));  // a signal is a wake-up
   if (items[2].revents & ZMQ_POLLIN) sup_.DrainWake();
   // Messages first: a Dead sent just before exiting is the reason for the exit seen next.
   DrainSockets();
