@@ -4,10 +4,13 @@
 - k3-launch --dry-run, --help and --version into a pipe whose reader is gone (`| head -1` that
   already left): exit 5, nothing on stderr (was: killed by SIGPIPE, shell status 141).
 - k3-tokenizer encode / decode into such a pipe: exit 5, quiet.
+- k3-compute --standalone into such a pipe: stops at the next safe point, exit 5, the --out
+  report marked interrupted (was: killed by SIGPIPE).
 - k3-tokenizer encode / decode waiting on their input, then SIGINT, SIGTERM or SIGHUP: exit 5
   (was: killed by the signal).
 Environment: K3_BIN (directory with the binaries). Uses the demo model's tokenizer.
 """
+import json
 import os
 import signal
 import subprocess
@@ -63,6 +66,21 @@ class ClosedStdout(unittest.TestCase):
         code, err = run_into_closed_pipe(self.tok("decode", "--vocab", VOCAB, "--ids", ",".join(["300"] * 5000)))
         self.assertEqual(code, 5, err)
         self.assertEqual(err, "")
+
+    def test_standalone_compute(self):
+        out_json = os.path.join(os.environ.get("TMPDIR", "/tmp"), "k3-closed-stdout-%d.json" % os.getpid())
+        try:
+            code, err = run_into_closed_pipe([os.path.join(BIN, "k3-compute"), "--standalone", VOCAB, "--ids",
+                                              "1,5,9", "--gen", "50", "--out", out_json])
+            self.assertEqual(code, 5, err)
+            self.assertNotIn("k3-compute:", err)  # no error line
+            with open(out_json) as f:
+                report = json.load(f)
+            self.assertTrue(report["interrupted"])
+            self.assertLess(len(report["generated_ids"]), 50)
+        finally:
+            if os.path.exists(out_json):
+                os.remove(out_json)
 
     def test_tokenizer_stop_signals(self):
         cases = [self.tok("encode", "--vocab", VOCAB),  # reads stdin until EOF
