@@ -28,6 +28,12 @@ class Error : public std::runtime_error {
   ExitCode code_;
 };
 
+// stdout's reader went away (`| head`): a requested stop. RunMain exits 5 without a line.
+class StdoutClosed : public Error {
+ public:
+  StdoutClosed() : Error(kExitInterrupted, "stdout closed") {}
+};
+
 // Factories so call sites read as what went wrong.
 inline Error BadModel(const std::string& m) { return Error(kExitBadModel, m); }
 inline Error UsageError(const std::string& m) { return Error(kExitUsage, m); }

@@ -76,6 +76,13 @@ class LineStderrBuf : public std::streambuf {
 };
 
 extern "C" void IgnoreSignal(int) {}
+}  // namespace
+
+void WriteStderr(const char* text, size_t n) { WriteAll(text, n); }
+
+namespace {
+
+extern "C" void ExitInterrupted(int) { _exit(5); }  // kExitInterrupted; _exit is async-signal-safe
 
 }  // namespace
 
@@ -97,6 +104,13 @@ void InitProcess() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGUSR2, &sa, nullptr);
+}
+
+void ExitOnStopSignals() {
+  struct sigaction sa {};
+  sa.sa_handler = ExitInterrupted;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
 }  // namespace k3

@@ -12,9 +12,20 @@
 //   SIGCONT are harmless by default. Stop requests (SIGINT, SIGTERM, SIGHUP) are the
 //   services' (service_shell.h InstallStopSignals) and the launcher's own.
 #pragma once
+#include <cstddef>
 
 namespace k3 {
 
 void InitProcess();
+
+// Writes all of `text` to fd 2 straight away (retrying on EINTR, giving up when stderr is gone):
+// a whole line or block of lines in one write, for callers that bypass stdio (the launcher's
+// progress line).
+void WriteStderr(const char* text, size_t n);
+
+// For command-line work that has no safe point to stop at and nothing to save (k3-tokenizer
+// encode / decode / chat): SIGINT, SIGTERM and SIGHUP end the process at once with exit 5, the
+// requested-stop code of every binary (docs/exit-codes.md), instead of death by the signal.
+void ExitOnStopSignals();
 
 }  // namespace k3

@@ -1,5 +1,6 @@
 // The one catch block of every main(): a k3::Error becomes "<binary>: <message>" on stderr and
-// its exit code, any other exception exit 1 (docs/exit-codes.md). Used by every binary:
+// its exit code, any other exception exit 1 (docs/exit-codes.md); a closed stdout (StdoutClosed)
+// is exit 5 without a line. Used by every binary:
 //
 //     int main(int argc, char** argv) { return k3::RunMain("k3-launch", [&] { return Main(argc, argv); }); }
 #pragma once
@@ -28,6 +29,8 @@ int RunMain(std::string_view binary, Body&& body, OnError&& on_error) {
   std::string message;
   try {
     return body();
+  } catch (const StdoutClosed&) {
+    return kExitInterrupted;  // nobody is reading: end quietly
   } catch (const Error& e) {
     code = e.code();
     message = e.what();

@@ -9,6 +9,7 @@
 #include "common/id_list.h"
 #include "common/plan/memory_plan.h"
 #include "common/run_main.h"
+#include "common/stdout_writer.h"
 #include "model_layout.h"
 #include "options.h"
 #include "arena_sizes.h"
@@ -75,8 +76,11 @@ int Main(int argc, char** argv) {
                          std::to_string(a.experts) + ") differ from the plan's (" + std::to_string(p.pinned_bytes) +
                          ", " + std::to_string(p.ring_bytes) + ", " + std::to_string(p.embed_window_bytes) + ", " +
                          std::to_string(p.expert_arena_bytes) + ")");
+  if (opt.dry_run) {
+    WriteStdoutOrStop({});  // the plan: a closed pipe (| head -1) is exit 5, quietly
+    return kExitOk;
+  }
   std::fflush(plan_out);
-  if (opt.dry_run) return kExitOk;
 
   // Prompt: ids, or text the tokenizer service encodes (run.cpp). A tokenizer is the TOML's
   // `tokenizer` directory, else the model directory when it holds tiktoken.model.
@@ -112,5 +116,12 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
-  return k3::RunMain("k3-launch", [&] { return Main(argc, argv); });
+  // Every stdout write treats a closed pipe as a requested stop (exit 5, quiet): the run's ids
+  // (run.cpp), the dry run's plan, --help and --version (flushed here).
+  k3::IgnoreSigpipe();
+  return k3::RunMain("k3-launch", [&] {
+    const int code = Main(argc, argv);
+    k3::WriteStdoutOrStop({});
+    return code;
+  });
 }

@@ -7,14 +7,17 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "common/plan/memory_plan.h"
+#include "common/process_init.h"
+
 namespace k3::launch {
 namespace {
 
 std::string Amount(double v, bool bytes) {
   char buf[48];
+  // The plan's units from 1 MiB up; below it KiB, not the plan's exact bytes (a live count).
+  if (bytes && v >= 1024.0 * 1024) return plan::FormatBytes(static_cast<int64_t>(v));
   if (!bytes) std::snprintf(buf, sizeof buf, "%.0f", v);
-  else if (v >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", v / (1024.0 * 1024 * 1024));
-  else if (v >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", v / (1024.0 * 1024));
   else std::snprintf(buf, sizeof buf, "%.0f KiB", v / 1024.0);
   return buf;
 }
@@ -54,14 +57,7 @@ ProgressLine ProgressLine::ForStdio(bool quiet) {
 }
 
 void ProgressLine::Write(const std::string& s) {
-  // One write per line: lines of several processes share this stderr.
-  size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t n = ::write(2, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
+  WriteStderr(s.data(), s.size());  // one write per line: several processes share this stderr
 }
 
 void ProgressLine::Show(const std::string& text, bool force) {

@@ -23,6 +23,18 @@ std::string Fmt(const char* f, ...) {
 
 }  // namespace
 
+const char* FinishReasonName(ipc::compute::StopReason r) {
+  switch (r) {
+    case ipc::compute::StopReason::kLength:
+      return "length";
+    case ipc::compute::StopReason::kStopId:
+      return "stop_id";
+    case ipc::compute::StopReason::kInterrupted:
+      return "interrupted";
+  }
+  return "unknown";  // a value this build does not know (a newer compute)
+}
+
 nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, const ArenaSizes& arenas) {
   const double gen_n = static_cast<double>(std::max<size_t>(rec.generated_ids.size(), 1));
   auto stat = [&](const std::string& svc, const std::string& name) -> double {
@@ -46,6 +58,7 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
   if (!rec.tokenizer_error.empty()) r["tokenizer_error"] = rec.tokenizer_error;
   r["interrupted"] = rec.interrupted;
   if (rec.interrupted) r["stop_reason"] = rec.stop_reason;
+  if (rec.finish_reason) r["finish_reason"] = FinishReasonName(*rec.finish_reason);
   r["expert_inputs"] = rec.expert_inputs;
   r["budget_bytes"] = plan.budget;
   r["plan_total_bytes"] = plan.total;
@@ -95,8 +108,9 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
 std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
   auto d = [&](const char* k) { return r.contains(k) ? r[k].get<double>() : 0.0; };
   std::vector<std::string> out;
-  out.push_back(Fmt("[launch] %zu tokens, %.4f s/token, prefill %.3f s%s", r["generated_ids"].size(),
-                    d("seconds_per_token"), d("prefill_seconds"),
+  const std::string finish = r.contains("finish_reason") ? " (ended: " + r["finish_reason"].get<std::string>() + ")" : "";
+  out.push_back(Fmt("[launch] %zu tokens%s, %.4f s/token, prefill %.3f s%s", r["generated_ids"].size(),
+                    finish.c_str(), d("seconds_per_token"), d("prefill_seconds"),
                     r.value("interrupted", false) ? " (interrupted)" : ""));
   out.push_back(Fmt("[launch] trunk %.0f B/token, experts %.0f B/token, expert hit rate %.3f, compute waited %.3f s "
                     "(%.0f%% of the run)",

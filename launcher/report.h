@@ -22,6 +22,7 @@ struct RunRecord {
   std::vector<int32_t> generated_ids;
   std::vector<double> token_seconds;                  // between consecutive token arrivals
   std::optional<ipc::compute::RunStats> done;         // compute's Done, when it came
+  std::optional<ipc::compute::StopReason> finish_reason;  // Done.reason: why compute ended
   double run_seconds = 0;                             // Generate sent -> Done (or the stop)
   std::map<std::string, std::map<std::string, double>> service_stats;  // latest Stats per service
   std::map<std::string, ProcMemory> peak;             // per process, incl. "launcher"
@@ -34,6 +35,9 @@ struct RunRecord {
   bool interrupted = false;                           // stopped by a signal or a closed stdout
   std::string stop_reason;
 };
+
+// "length", "stop_id" or "interrupted": the report's finish_reason for Done.reason.
+const char* FinishReasonName(ipc::compute::StopReason r);
 
 nlohmann::json BuildReport(const RunRecord& r, const plan::MemoryPlan& plan, const ArenaSizes& arenas);
 // The "[launch] ..." lines (without newlines) that summarize a report from BuildReport.

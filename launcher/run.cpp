@@ -19,6 +19,7 @@
 #include "common/ipc/shm_arena.h"
 #include "common/ipc/slot_table.h"
 #include "common/ipc/zmq_channel.h"
+#include "common/stdout_writer.h"
 #include "launcher/run_resources.h"
 #include "launcher/tokenizer_client.h"
 #include "proc_stats.h"
@@ -31,6 +32,9 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// The one Generate of a run; Tokens and Done name it.
+constexpr uint64_t kGenerateId = 1;
 
 std::string SelfDir() {
   std::error_code ec;
@@ -102,8 +106,10 @@ class Runner {
   std::map<std::string, ProcMemory> peak_;
   std::map<std::string, std::string> stderr_partial_;  // per service: its unfinished stderr line
   std::vector<int32_t> generated_;
+  size_t prompt_sent_ = 0;  // ids in the Generate
   std::vector<Clock::time_point> token_arrivals_;  // when each generated token reached the launcher
   std::optional<ipc::compute::RunStats> done_;
+  std::optional<ipc::compute::StopReason> finish_reason_;  // Done.reason
   std::optional<Failure> first_dead_;  // the first Dead received: the root cause, preferred
   std::optional<Failure> failure_;     // what ended the run (a death, a Dead, a timeout)
   bool stopping_ = false;              // Shutdown sent: exits now are expected
@@ -225,7 +231,7 @@ void Runner::HandleControl(const ipc::Received<ipc::control::Message>& r) {
 
 void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
   if (const auto* t = std::get_if<ipc::compute::Token>(&r.message)) {
-    if (t->index != static_cast<int32_t>(generated_.size())) return;
+    if (t->request_id != kGenerateId || t->index != static_cast<int32_t>(generated_.size())) return;
     generated_.push_back(t->id);
     token_arrivals_.push_back(Clock::now());
     if (tok_) tok_->PushIds({t->id});
@@ -236,7 +242,16 @@ void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
                                   static_cast<double>(std::max<int64_t>(opt_.gen - 1, 1)), s, false));
     }
   } else if (const auto* d = std::get_if<ipc::compute::Done>(&r.message)) {
+    if (d->request_id != kGenerateId) return;
     done_ = d->stats;
+    // Compute's own counts against what arrived here: a difference means Tokens were lost.
+    if (d->stats.generated_tokens != static_cast<int32_t>(generated_.size()) ||
+        d->stats.prompt_tokens != static_cast<int32_t>(prompt_sent_))
+      progress_.Always("[launch] warning: compute generated " + std::to_string(d->stats.generated_tokens) +
+                       " tokens for a prompt of " + std::to_string(d->stats.prompt_tokens) + ", but " +
+                       std::to_string(generated_.size()) + " arrived for a prompt of " +
+                       std::to_string(prompt_sent_));
+    finish_reason_ = d->reason;
   }
 }
 
@@ -319,11 +334,7 @@ bool Runner::Pump(Clock::time_point deadline) {
                              {tok_ ? tok_->socket().handle() : nullptr, -1, ZMQ_POLLIN, 0}};
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   const long ms = std::clamp<long>(static_cast<long>(left.count()), 0, 200);
-  try {
-    zmq::poll(items, tok_ ? 4 : 3, std::chrono::milliseconds(ms));
-  } catch (const zmq::error_t& e) {
-    if (e.num() != EINTR) throw RuntimeFailure(std::string("zmq poll: ") + e.what());
-  }
+  ipc::Poll(items, tok_ ? 4 : 3, std::chrono::milliseconds(ms));  // a signal is a wake-up
   if (items[2].revents & ZMQ_POLLIN) sup_.DrainWake();
   // Messages first: a Dead sent just before exiting is the reason for the exit seen next.
   DrainSockets();
@@ -335,23 +346,18 @@ bool Runner::Pump(Clock::time_point deadline) {
 void Runner::Out(const std::string& s) {
   if (stdout_closed_ || s.empty()) return;
   progress_.BeforeStdout();
-  std::fwrite(s.data(), 1, s.size(), stdout);
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    const int err = errno;
-    std::clearerr(stdout);
-    if (err == EPIPE) {
-      stdout_closed_ = true;  // the reader is gone (| head): stop like Ctrl-C, quietly
-    } else {
-      stdout_closed_ = true;
-      Fail({kExitOutput, "stdout", std::string("stdout: ") + std::strerror(err)});
-    }
+  const StdoutWrite w = WriteStdout(s);
+  if (w != StdoutWrite::kOk) {
+    stdout_closed_ = true;  // closed: the reader is gone (| head), stop like Ctrl-C, quietly
+    if (w == StdoutWrite::kFailed) Fail({kExitOutput, "stdout", std::string("stdout: ") + std::strerror(errno)});
   }
   progress_.AfterStdout(s.back() == '\n');
 }
 
 void Runner::SendGenerate(const std::vector<int32_t>& ids) {
   ipc::compute::Generate g;
-  g.request_id = 1;
+  g.request_id = kGenerateId;
+  prompt_sent_ = ids.size();
   g.ids = ids;
   g.gen = static_cast<int32_t>(opt_.gen);
   g.full_recompute = opt_.full_recompute;
@@ -459,6 +465,7 @@ RunRecord Runner::Record(const std::vector<int32_t>& ids, bool interrupted, cons
   for (size_t i = 1; i < token_arrivals_.size(); ++i)
     r.token_seconds.push_back(std::chrono::duration<double>(token_arrivals_[i] - token_arrivals_[i - 1]).count());
   r.done = done_;
+  r.finish_reason = finish_reason_;
   r.run_seconds = run_seconds_;
   r.service_stats = stats_;
   r.peak = peak_;
@@ -530,7 +537,9 @@ int Runner::Run() {
     Stop(e.what());
     throw;
   }
-  const bool requested = StopRequested() && !done_;
+  // A Done that says compute was interrupted (it saw the same Ctrl-C) is still a requested stop.
+  const bool requested =
+      StopRequested() && (!done_ || finish_reason_ == ipc::compute::StopReason::kInterrupted);
   const std::string stop_reason = !requested       ? (failure_ ? failure_->msg : "run finished")
                                   : stdout_closed_ ? "stdout closed"
                                                    : std::string("interrupted by ") + SignalName(sup_.stop_signal());

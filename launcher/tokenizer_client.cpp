@@ -5,6 +5,23 @@
 namespace k3::launch {
 namespace tk = ipc::tokenizer;
 
+namespace {
+// Failed.error in words, in front of the service's detail.
+const char* ErrorKind(tk::Error e) {
+  switch (e) {
+    case tk::Error::kNone:
+      return "failed";
+    case tk::Error::kBadInput:
+      return "bad input";
+    case tk::Error::kUnknownId:
+      return "unknown id";
+    case tk::Error::kUnsupported:
+      return "unsupported";
+  }
+  return "failed";
+}
+}  // namespace
+
 TokenizerClient::TokenizerClient(zmq::context_t& ctx, const std::string& endpoint)
     : sock_(ctx, zmq::socket_type::dealer) {
   sock_.set(zmq::sockopt::linger, 0);
@@ -65,7 +82,7 @@ void TokenizerClient::Drain(ipc::RejectCounter& rejects) {
       SendNextChunk();
     } else if (const auto* f = std::get_if<tk::Failed>(&r->message)) {
       if (f->request_id != encode_id_ && f->request_id != stream_id_) continue;
-      if (failure_.empty()) failure_ = f->detail;
+      if (failure_.empty()) failure_ = std::string(ErrorKind(f->error)) + ": " + f->detail;
       encode_id_ = 0;
       in_flight_ = 0;
       in_flight_final_ = false;

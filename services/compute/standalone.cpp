@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,6 +15,7 @@
 #include "../../common/error.h"
 #include "../../common/median.h"
 #include "common/service/service_shell.h"
+#include "common/stdout_writer.h"
 #include "forward.h"
 #include "generate.h"
 #include "mixers.h"
@@ -51,10 +54,9 @@ int RunStandalone(const StandaloneOptions& opt) {
   CheckWritable(opt.out, "--out");
   CheckWritable(opt.dump_logits, "--dump-logits");
   // SIGINT / SIGTERM / SIGHUP (also while loading) stop the run at the next safe point, between
-  // layers or tokens, through the service shell's stop flag; a closed stdout still ends it by
-  // SIGPIPE, quietly.
+  // layers or tokens, through the service shell's stop flag; so does a closed stdout (| head:
+  // SIGPIPE is ignored and the failed write is the request), which ends with exit 5 too.
   svc::InstallStopSignals();
-  std::signal(SIGPIPE, SIG_DFL);
 
   ModelConfig cfg = LoadModelConfig(opt.model_dir + "/config.json");
   if (opt.mla_norm_eps) cfg.mla_norm_eps = *opt.mla_norm_eps;
@@ -113,12 +115,17 @@ int RunStandalone(const StandaloneOptions& opt) {
     }
   };
   std::vector<double> probe_gbs;
+  bool stdout_closed = false;
   hooks.on_token = [&](int32_t id, int64_t index) {
-    std::printf("%d\n", id);
-    std::fflush(stdout);
+    if (!stdout_closed) {
+      const std::string line = std::to_string(id) + "\n";
+      const StdoutWrite w = WriteStdout(line);
+      if (w == StdoutWrite::kFailed) throw Error(kExitOutput, std::string("stdout: ") + std::strerror(errno));
+      stdout_closed = w == StdoutWrite::kClosed;
+    }
     if (opt.probe_membw && index > 0) probe_gbs.push_back(ProbeReadGBs(ck.Regions()));  // between steps
   };
-  hooks.should_stop = svc::StopRequested;
+  hooks.should_stop = [&] { return stdout_closed || svc::StopRequested(); };
   const GreedyResult res = RunGreedy(fwd, V, gp, hooks);
   const bool interrupted = res.ending == Ending::kInterrupted;
   const std::vector<int32_t>& generated = res.generated;

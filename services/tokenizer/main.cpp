@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/id_list.h"
 #include "common/run_main.h"
+#include "common/stdout_writer.h"
 #include "common/version.h"
 #include "common/process_init.h"
 #include "chat_template.h"
@@ -57,7 +58,7 @@ void PrintIds(const std::vector<uint32_t>& ids) {
     p = std::to_chars(p, out.data() + out.size(), ids[i]).ptr;
   }
   *p++ = '\n';
-  std::fwrite(out.data(), 1, static_cast<size_t>(p - out.data()), stdout);
+  k3::WriteStdoutOrStop({out.data(), static_cast<size_t>(p - out.data())});
 }
 
 }  // namespace
@@ -99,6 +100,9 @@ int main(int argc, char** argv) {
   }
   // Serve reports its own errors once it is connected to the launcher.
   if (serve->parsed()) return k3::RunMain("k3-tokenizer", [&] { return k3::tok::Serve(serve_opt); });
+  // The command-line modes: a closed stdout (| head) or a stop signal is exit 5 (quiet).
+  k3::IgnoreSigpipe();
+  k3::ExitOnStopSignals();
   return k3::RunMain("k3-tokenizer", [&] {
     if (chat->parsed() && !no_think && !k3::tok::IsValidThinkingEffort(effort))
       throw k3::UsageError("--thinking-effort must be low, high or max");
@@ -114,7 +118,7 @@ int main(int argc, char** argv) {
       }
       const bool from_file = ids_file_opt->count() > 0;
       const std::string text = tok.Decode(ParseIds(ids_text, from_file ? ids_file : "--ids", from_file));
-      std::fwrite(text.data(), 1, text.size(), stdout);
+      k3::WriteStdoutOrStop(text);
     } else {
       const auto msgs = k3::tok::ReadHistory(history);
       const k3::tok::ChatTemplate tmpl(tok);
@@ -123,7 +127,6 @@ int main(int argc, char** argv) {
       opt.thinking_effort = effort;
       PrintIds(tmpl.Render(msgs, opt, /*add_generation_prompt=*/true));
     }
-    if (std::fflush(stdout) != 0) throw k3::Error(k3::kExitOutput, "stdout: write failed");
     return k3::kExitOk;
   });
 }

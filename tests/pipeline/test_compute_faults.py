@@ -23,7 +23,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_pipeline import children_of, service_pid, shm_names  # noqa: E402
+from proc_util import alive, children_of, service_pid, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 TESTDATA = os.environ.get("K3_TESTDATA", "")
@@ -40,15 +40,6 @@ def cmdline(pid):
 
 def flag_value(argv, flag):
     return argv[argv.index(flag) + 1]
-
-
-def alive(pid):
-    """True while `pid` runs (a zombie counts as gone)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 class LineReader:

@@ -7,7 +7,8 @@
   (4, written while the services stop), an expert server nobody answers (1, the server named).
 - SIGINT / SIGTERM / SIGHUP during a long generation: stop within 2 s, exit 5, the summary and
   a report marked "interrupted". Output to a closed pipe (| head) ends quietly with exit 5.
-- --stop-ids ends generation after one of the ids (compute obeys Generate.stop_ids).
+- --stop-ids ends generation after one of the ids (compute obeys Generate.stop_ids); the report's
+  finish_reason (compute's Done.reason) says length, stop_id or interrupted.
 - In a real terminal (tmux): the generated text is intact next to the progress line, and
   --quiet leaves only the ids and the summary.
 Every run checks that no /dev/shm/k3-* name and no child process is left behind.
@@ -17,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,7 +25,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_pipeline import children_of, shm_names  # noqa: E402
+from proc_util import children_of, free_port, last_line, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,17 +37,6 @@ TIMEOUT = 300
 
 def launch_cmd(*args):
     return [os.path.join(BIN, "k3-launch"), DEMO] + list(args)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def last_line(text):
-    lines = [l for l in text.splitlines() if l.strip()]
-    return lines[-1] if lines else ""
 
 
 class LauncherFaults(unittest.TestCase):
@@ -146,6 +135,9 @@ class LauncherFaults(unittest.TestCase):
                     report = json.load(f)
                 self.assertTrue(report["interrupted"])
                 self.assertEqual(report["stop_reason"], "interrupted by " + sig.name)
+                # compute's Done came and says why it ended (Done.reason)
+                self.assertEqual(report["finish_reason"], "interrupted")
+                self.assertIn("(ended: interrupted)", err)
                 self.assertGreaterEqual(len(report["generated_ids"]), 3)
                 self.assertGreater(report["service_stats"]["trunk-reader"]["bytes_read"], 0)
                 self.assertIn("hits", report["service_stats"]["expert-fetcher"])
@@ -177,15 +169,23 @@ class LauncherFaults(unittest.TestCase):
 
     # ---- --stop-ids ----
     def test_stop_ids_end_generation(self):
-        rc, out, err = self.run_launch("--ids", IDS, "--gen", "12")
+        out_json = os.path.join(self.tmp, "no-stop.json")
+        rc, out, err = self.run_launch("--ids", IDS, "--gen", "12", "--out", out_json)
         self.assertEqual(rc, 0, err[-2000:])
+        self.assertIn("12 tokens (ended: length)", err)
+        with open(out_json) as f:
+            self.assertEqual(json.load(f)["finish_reason"], "length")
         full = [int(x) for x in out.split()]
         self.assertEqual(len(full), 12)
         stop = full[4]
         expect = full[:full.index(stop) + 1]
-        rc, out, err = self.run_launch("--ids", IDS, "--gen", "12", "--stop-ids", "%d,4351" % stop)
+        out_json = os.path.join(self.tmp, "stop.json")
+        rc, out, err = self.run_launch("--ids", IDS, "--gen", "12", "--stop-ids", "%d,4351" % stop, "--out", out_json)
         self.assertEqual(rc, 0, err[-2000:])
         self.assertEqual([int(x) for x in out.split()], expect)
+        self.assertIn("%d tokens (ended: stop_id)" % len(expect), err)
+        with open(out_json) as f:
+            self.assertEqual(json.load(f)["finish_reason"], "stop_id")
         toml = os.path.join(self.tmp, "stop.toml")
         with open(toml, "w") as f:
             f.write('model = "%s"\nbudget = "2G"\ngen = 12\nstop_ids = [%d]\n' % (DEMO_MODEL, stop))

@@ -22,10 +22,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proc_util import alive, children_of, service_pids  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,39 +41,6 @@ GEN = 24
 TIMEOUT = 300
 HARMLESS = [signal.SIGCHLD, signal.SIGWINCH, signal.SIGCONT, signal.SIGURG, signal.SIGUSR1, signal.SIGUSR2]
 SERVICES = ("k3-trunk-reader", "k3-expert-fetcher", "k3-compute", "k3-tokenizer")
-
-
-def children_of(pid):
-    out = []
-    for d in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(d) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                out.append(int(d.split("/")[2]))
-        except (OSError, IndexError, ValueError):
-            pass
-    return out
-
-
-def exe_of(pid):
-    try:
-        return os.path.basename(os.readlink("/proc/%d/exe" % pid))
-    except OSError:
-        return ""
-
-
-def service_pids(launcher_pid):
-    return {exe_of(c): c for c in children_of(launcher_pid) if exe_of(c)}
-
-
-def alive(pid):
-    """True while `pid` exists and is not a zombie (a zombie holds no memory or descriptors)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def memfd_arenas(pid):

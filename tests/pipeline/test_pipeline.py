@@ -6,7 +6,6 @@ everything, with every read backend, and also when a weight service is killed mi
 Every test checks that no /dev/shm/k3-* name and no child process is left behind.
 Environment: K3_TESTDATA (fixture dir), K3_BIN (directory with the binaries).
 """
-import glob
 import json
 import os
 import signal
@@ -14,8 +13,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proc_util import children_of, service_pid, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 TESTDATA = os.environ.get("K3_TESTDATA", "")
@@ -23,39 +24,6 @@ MODEL = os.path.join(TESTDATA, "tiny")
 IDS = "1,5,9,200,77,3,18,42"
 GEN = 6
 TIMEOUT = 300
-
-
-def shm_names(pid=None):
-    pat = "/dev/shm/k3-%s-*" % pid if pid else "/dev/shm/k3-*"
-    return sorted(glob.glob(pat))
-
-
-def children_of(pid):
-    """Pids whose parent is `pid` (from /proc)."""
-    out = []
-    for d in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(d) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                out.append(int(d.split("/")[2]))
-        except (OSError, IndexError, ValueError):
-            pass
-    return out
-
-
-def service_pid(launcher_pid, exe_name, timeout=60):
-    """Pid of the launcher's child running `exe_name`, waiting until it exists."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for c in children_of(launcher_pid):
-            try:
-                if os.path.basename(os.readlink("/proc/%d/exe" % c)) == exe_name:
-                    return c
-            except OSError:
-                pass
-        time.sleep(0.02)
-    raise AssertionError("%s never started" % exe_name)
 
 
 class PipelineTest(unittest.TestCase):

@@ -11,7 +11,6 @@ Environment: K3_TESTDATA, K3_BIN (as test_pipeline.py).
 """
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,13 +19,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
+from proc_util import children_of, free_port, shm_names  # noqa: E402
 from test_tokenizer_pipeline import send_malformed  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RemoteExpertsTest(unittest.TestCase):
@@ -67,8 +61,8 @@ class RemoteExpertsTest(unittest.TestCase):
                 "--out", out_json] + (["--expert-server", "tcp://127.0.0.1:%d" % port] if port else []) + list(extra)
         p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = p.communicate(timeout=tp.TIMEOUT)
-        self.assertEqual(tp.shm_names(p.pid), [], "shared memory left behind")
-        self.assertEqual(tp.children_of(p.pid), [], "processes left behind")
+        self.assertEqual(shm_names(p.pid), [], "shared memory left behind")
+        self.assertEqual(children_of(p.pid), [], "processes left behind")
         return p.returncode, out, err, out_json
 
     def test_same_ids_through_the_server(self):
@@ -115,7 +109,7 @@ class RemoteExpertsTest(unittest.TestCase):
             self.stop_server(server)
         self.assertEqual(p.returncode, 0, err[-3000:])
         self.assertEqual([int(x) for x in out.split()], self.expected)
-        self.assertEqual(tp.shm_names(p.pid), [])
+        self.assertEqual(shm_names(p.pid), [])
 
     def test_silent_server_ends_the_run(self):
         port = free_port()  # nothing listens there

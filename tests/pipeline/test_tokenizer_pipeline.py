@@ -8,7 +8,6 @@ is under way (rejected, counted in the report's service stats, ids unchanged).
 Environment: K3_TESTDATA (fixture dir with tiny/), K3_BIN (directory with the binaries).
 """
 import base64
-import glob
 import json
 import os
 import signal
@@ -27,7 +26,7 @@ TIMEOUT = 300
 SPECIALS = ["[BOS]", "[EOS]", "<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>"]
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_pipeline import children_of, service_pid, shm_names  # noqa: E402
+from proc_util import children_of, service_pid, shm_names  # noqa: E402
 
 
 def write_vocab(out_dir, vocab_size):

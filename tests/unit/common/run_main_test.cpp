@@ -24,6 +24,12 @@ TEST(RunMain, ErrorsBecomeOneLineAndTheirCode) {
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "k3-y: boom\n");
 }
 
+TEST(RunMain, ClosedStdoutIsAQuietRequestedStop) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(RunMain("k3-x", []() -> int { throw StdoutClosed(); }), kExitInterrupted);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
 TEST(RunMain, OnErrorHearsCodeAndMessage) {
   int seen = -1;
   std::string said;

@@ -18,28 +18,13 @@
 #include "common/error.h"
 #include "forward.h"
 #include "mmap_source.h"
+#include "tiny_checkpoint.h"
 
 namespace k3::compute {
 namespace {
 
-std::string TinyDir() {
-  const char* d = std::getenv("K3_TESTDATA");
-  return d ? std::string(d) + "/tiny" : std::string();
-}
-
-class TinyModel : public ::testing::Test {
+class TinyModel : public TinyCheckpoint {
  protected:
-  void SetUp() override {
-    const std::string dir = TinyDir();
-    ASSERT_TRUE(!dir.empty() && std::filesystem::exists(dir + "/config.json"))
-        << "tiny checkpoint missing at '" << dir << "' (K3_TESTDATA)";
-    cfg_ = LoadModelConfig(dir + "/config.json");
-    ck_ = std::make_unique<MappedCheckpoint>(dir);
-    globals_ = BindGlobals(cfg_, ck_->Resolver());
-    layers_ = std::make_unique<MmapLayerSource>(cfg_, *ck_);
-    experts_ = std::make_unique<MmapExpertSource>(cfg_, *ck_);
-  }
-
   // Logits of every position of `ids`, fed in chunks of `chunk` from a fresh state.
   std::vector<float> AllLogits(const std::vector<int32_t>& ids, int64_t chunk,
                                ExpertSource* ex = nullptr) {
@@ -59,12 +44,6 @@ class TinyModel : public ::testing::Test {
     for (int i = 0; i < 12; ++i) ids.push_back(static_cast<int32_t>((i * 37 + 5) % cfg_.vocab_size));
     return ids;
   }
-
-  ModelConfig cfg_;
-  std::unique_ptr<MappedCheckpoint> ck_;
-  GlobalWeights globals_;
-  std::unique_ptr<MmapLayerSource> layers_;
-  std::unique_ptr<MmapExpertSource> experts_;
 };
 
 bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {

@@ -13,22 +13,16 @@
 #include "forward.h"
 #include "generate.h"
 #include "mmap_source.h"
+#include "tiny_checkpoint.h"
 
 namespace k3::compute {
 namespace {
 
-class Greedy : public ::testing::Test {
+class Greedy : public TinyCheckpoint {
  protected:
   void SetUp() override {
-    const char* d = std::getenv("K3_TESTDATA");
-    const std::string dir = d ? std::string(d) + "/tiny" : std::string();
-    ASSERT_TRUE(!dir.empty() && std::filesystem::exists(dir + "/config.json"))
-        << "tiny checkpoint missing at '" << dir << "' (K3_TESTDATA)";
-    cfg_ = LoadModelConfig(dir + "/config.json");
-    ck_ = std::make_unique<MappedCheckpoint>(dir);
-    globals_ = BindGlobals(cfg_, ck_->Resolver());
-    layers_ = std::make_unique<MmapLayerSource>(cfg_, *ck_);
-    experts_ = std::make_unique<MmapExpertSource>(cfg_, *ck_);
+    TinyCheckpoint::SetUp();
+    if (HasFatalFailure()) return;
     fwd_ = std::make_unique<Forward>(cfg_, globals_, *layers_, *experts_);
     params_.ids = {1, 5, 9, 200, 77, 3, 18, 42};
     params_.gen = 12;
@@ -39,11 +33,6 @@ class Greedy : public ::testing::Test {
     return RunGreedy(*fwd_, cfg_.vocab_size, p, h);
   }
 
-  ModelConfig cfg_;
-  std::unique_ptr<MappedCheckpoint> ck_;
-  GlobalWeights globals_;
-  std::unique_ptr<MmapLayerSource> layers_;
-  std::unique_ptr<MmapExpertSource> experts_;
   std::unique_ptr<Forward> fwd_;
   GreedyParams params_;
 };

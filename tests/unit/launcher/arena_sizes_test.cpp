@@ -6,41 +6,22 @@
 #include <gtest/gtest.h>
 
 #include "common/ipc/slot_table.h"
+#include "synthetic_model.h"
 
 namespace k3::launch {
 namespace {
 
-constexpr int64_t kMiB = 1ll << 20;
-constexpr int64_t kGiB = 1ll << 30;
-
-int64_t Widened(int64_t b) { return (b + 4095) / 4096 * 4096 + 4096; }
+using synthetic::kGiB;
+using synthetic::kMiB;
+using synthetic::Widened;
 
 // A layout as the shard headers give it: uneven layers, globals runs whose size depends on
 // which of embedding and lm_head are in it, odd row sizes.
 ModelLayout Synthetic() {
   ModelLayout m;
-  ModelConfig& c = m.cfg;
-  c.hidden_size = 256;
-  c.num_layers = 6;
-  c.vocab_size = 1000;
-  c.intermediate_size = 512;
-  c.first_k_dense_replace = 1;
-  c.attn_res_block_size = 3;
-  c.mla_heads = 4;
-  c.kv_lora_rank = 64;
-  c.qk_nope_head_dim = 32;
-  c.qk_rope_head_dim = 16;
-  c.v_head_dim = 32;
-  c.kda_heads = 4;
-  c.kda_head_dim = 32;
-  c.conv_kernel = 4;
-  c.num_experts = 16;
-  c.top_k = 4;
-  c.num_shared_experts = 1;
-  c.moe_intermediate_size = 128;
-  for (int l = 0; l < 6; ++l) c.layer_kind.push_back(l % 3 == 2 ? MixerKind::MLA : MixerKind::KDA);
+  m.cfg = synthetic::SyntheticConfig(6, 3);
   plan::PlanModel& pm = m.plan_model;
-  pm.cfg = c;
+  pm.cfg = m.cfg;
   pm.trunk_bytes = {30 * kMiB + 11, 20 * kMiB + 4000, 20 * kMiB, 12 * kMiB + 1, 21 * kMiB + 7, 9 * kMiB};
   pm.expert_bytes = 2 * kMiB + 333;
   pm.embed_bytes = 1000 * 2050;

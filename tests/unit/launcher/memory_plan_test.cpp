@@ -12,37 +12,18 @@
 #include "common/error.h"
 #include "common/safetensors.h"
 #include "common/tensor_names.h"
+#include "synthetic_model.h"
 
 namespace k3::plan {
 namespace {
 
-constexpr int64_t kMiB = 1ll << 20;
-constexpr int64_t kGiB = 1ll << 30;
-
-int64_t Widened(int64_t b) { return (b + 4095) / 4096 * 4096 + 4096; }
+using synthetic::kGiB;
+using synthetic::kMiB;
+using synthetic::Widened;
 
 PlanModel Synthetic() {
   PlanModel m;
-  ModelConfig& c = m.cfg;
-  c.hidden_size = 256;
-  c.num_layers = 8;
-  c.vocab_size = 1000;
-  c.intermediate_size = 512;
-  c.first_k_dense_replace = 1;
-  c.attn_res_block_size = 4;
-  c.mla_heads = 4;
-  c.kv_lora_rank = 64;
-  c.qk_nope_head_dim = 32;
-  c.qk_rope_head_dim = 16;
-  c.v_head_dim = 32;
-  c.kda_heads = 4;
-  c.kda_head_dim = 32;
-  c.conv_kernel = 4;
-  c.num_experts = 16;
-  c.top_k = 4;
-  c.num_shared_experts = 1;
-  c.moe_intermediate_size = 128;
-  for (int l = 0; l < 8; ++l) c.layer_kind.push_back(l % 4 == 3 ? MixerKind::MLA : MixerKind::KDA);
+  m.cfg = synthetic::SyntheticConfig(8, 4);
   m.trunk_bytes = {90 * kMiB, 40 * kMiB, 40 * kMiB, 25 * kMiB, 40 * kMiB, 40 * kMiB, 41 * kMiB, 26 * kMiB};
   m.expert_bytes = 3 * kMiB + 100;
   m.embed_bytes = 30 * kMiB;

@@ -23,6 +23,7 @@ RunRecord Recorded() {
   s.prefill_seconds = 0.25;
   s.seconds_per_token = 0.2;
   r.done = s;
+  r.finish_reason = ipc::compute::StopReason::kLength;
   r.run_seconds = 2.0;
   r.service_stats["trunk-reader"]["bytes_read"] = 4000;
   r.service_stats["expert-fetcher"]["bytes_read"] = 800;
@@ -58,6 +59,7 @@ TEST(Report, FieldsFromTheRecord) {
   EXPECT_EQ(r["generated_ids"].size(), 4u);
   EXPECT_FALSE(r["interrupted"].get<bool>());
   EXPECT_FALSE(r.contains("stop_reason"));
+  EXPECT_EQ(r["finish_reason"], "length");
   EXPECT_DOUBLE_EQ(r["seconds_per_token"].get<double>(), 0.2);
   EXPECT_DOUBLE_EQ(r["prefill_seconds"].get<double>(), 0.25);
   EXPECT_DOUBLE_EQ(r["median_token_seconds"].get<double>(), 0.3);
@@ -88,6 +90,7 @@ TEST(Report, MissingStatsAreMinusOneAndInterruptedRunsSaySo) {
   EXPECT_EQ(r["trunk_bytes_read"].get<double>(), -1);
   EXPECT_EQ(r["expert_hit_rate"].get<double>(), -1);
   EXPECT_EQ(r["seconds_per_token"].get<double>(), 0);
+  EXPECT_FALSE(r.contains("finish_reason"));  // compute's Done never came
   const auto lines = SummaryLines(r, 1 << 30);
   ASSERT_FALSE(lines.empty());
   EXPECT_NE(lines[0].find("1 tokens"), std::string::npos) << lines[0];
@@ -103,7 +106,7 @@ TEST(Report, MissingStatsAreMinusOneAndInterruptedRunsSaySo) {
 TEST(Report, SummaryLines) {
   nlohmann::json r = BuildReport(Recorded(), Plan(), ArenaSizes{});
   auto lines = SummaryLines(r, 1 << 30);
-  EXPECT_EQ(lines[0], "[launch] 4 tokens, 0.2000 s/token, prefill 0.250 s");
+  EXPECT_EQ(lines[0], "[launch] 4 tokens (ended: length), 0.2000 s/token, prefill 0.250 s");
   EXPECT_NE(lines[1].find("expert hit rate 0.750"), std::string::npos) << lines[1];
   EXPECT_NE(lines.back().find("of budget 1.00 GiB"), std::string::npos) << lines.back();
   for (const std::string& l : lines) EXPECT_EQ(l.find("hints"), std::string::npos) << l;
@@ -112,6 +115,24 @@ TEST(Report, SummaryLines) {
   lines = SummaryLines(BuildReport(rec, Plan(), ArenaSizes{}), 1 << 30);
   EXPECT_TRUE(std::any_of(lines.begin(), lines.end(),
                           [](const std::string& l) { return l.find("next-layer expert hints") != std::string::npos; }));
+}
+
+TEST(Report, FinishReasonIsComputesDoneReason) {
+  EXPECT_STREQ(FinishReasonName(ipc::compute::StopReason::kLength), "length");
+  EXPECT_STREQ(FinishReasonName(ipc::compute::StopReason::kStopId), "stop_id");
+  EXPECT_STREQ(FinishReasonName(ipc::compute::StopReason::kInterrupted), "interrupted");
+  RunRecord rec = Recorded();
+  rec.finish_reason = ipc::compute::StopReason::kStopId;
+  nlohmann::json r = BuildReport(rec, Plan(), ArenaSizes{});
+  EXPECT_EQ(r["finish_reason"], "stop_id");
+  EXPECT_EQ(SummaryLines(r, 1 << 30)[0], "[launch] 4 tokens (ended: stop_id), 0.2000 s/token, prefill 0.250 s");
+  rec.finish_reason = ipc::compute::StopReason::kInterrupted;
+  rec.interrupted = true;
+  rec.stop_reason = "interrupted by SIGTERM";
+  r = BuildReport(rec, Plan(), ArenaSizes{});
+  EXPECT_EQ(r["finish_reason"], "interrupted");
+  EXPECT_EQ(SummaryLines(r, 1 << 30)[0],
+            "[launch] 4 tokens (ended: interrupted), 0.2000 s/token, prefill 0.250 s (interrupted)");
 }
 
 TEST(Report, UnwritableFileIsAnOutputError) {

@@ -1,0 +1,72 @@
+"""Helpers the pipeline tests share: the processes and shared memory a k3-launch run leaves,
+free TCP ports and the last stderr line. Imported by the test_*.py files next to it."""
+import glob
+import os
+import socket
+import time
+
+
+def shm_names(pid=None):
+    """/dev/shm names of k3 runs (of launcher `pid`, or of any run)."""
+    pat = "/dev/shm/k3-%s-*" % pid if pid else "/dev/shm/k3-*"
+    return sorted(glob.glob(pat))
+
+
+def children_of(pid):
+    """Pids whose parent is `pid` (from /proc)."""
+    out = []
+    for d in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out.append(int(d.split("/")[2]))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def exe_of(pid):
+    """The file name of the executable `pid` runs ("" when it is gone)."""
+    try:
+        return os.path.basename(os.readlink("/proc/%d/exe" % pid))
+    except OSError:
+        return ""
+
+
+def service_pids(launcher_pid):
+    """{executable name: pid} of the launcher's children."""
+    return {exe_of(c): c for c in children_of(launcher_pid) if exe_of(c)}
+
+
+def service_pid(launcher_pid, exe_name, timeout=60):
+    """Pid of the launcher's child running `exe_name`, waiting until it exists."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for c in children_of(launcher_pid):
+            if exe_of(c) == exe_name:
+                return c
+        time.sleep(0.02)
+    raise AssertionError("%s never started" % exe_name)
+
+
+def alive(pid):
+    """True while `pid` exists and is not a zombie (a zombie holds no memory or descriptors)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def last_line(text):
+    """The last non-blank line of `text` ("" if none)."""
+    lines = [l for l in text.splitlines() if l.strip()]
+    return lines[-1] if lines else ""
