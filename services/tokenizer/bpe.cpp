@@ -42,7 +42,7 @@ void BpeMergeLinear(Ranks& ranks, std::string_view piece, std::vector<uint32_t>*
   for (uint32_t i = 0; i < n; ++i) next[i] = i + 1;
   auto pair_rank = [&](uint32_t i) -> uint32_t {
     const uint32_t j = next[i];
-    return j >= n ? kNoRank : ranks.Pair(token[i], token[j], p + i, next[j] - i);
+    return j >= n ? kNoRank : ranks.Find(p + i, next[j] - i);
   };
   for (uint32_t i = 0; i < n; ++i) {
     rank[i] = i + 1 < n ? ranks.Find(p + i, 2) : kNoRank;
@@ -95,7 +95,7 @@ void BpeMergeHeap(Ranks& ranks, std::string_view piece, std::vector<uint32_t>* o
   auto pair_rank = [&](uint32_t i) -> uint32_t {
     const uint32_t j = next[i];
     if (j >= n) return kNoRank;
-    return ranks.Pair(token[i], token[j], piece.data() + i, next[j] - i);
+    return ranks.Find(piece.data() + i, next[j] - i);
   };
   // Key = rank << 32 | start byte; the start byte is also the part's index, and ordering by
   // it breaks rank ties leftmost as the rescan does. Min-heap; at most n initial entries

@@ -38,38 +38,7 @@ bool RankTable::Finish(uint32_t* dup_first, uint32_t* dup_second) {
     const char c = static_cast<char>(b);
     byte_rank_[b] = Find(&c, 1);
   }
-  BuildPairs();
   return true;
-}
-
-void RankTable::BuildPairs() {
-  pairs_.clear();
-  for (const Entry& en : entries_)
-    if (en.rank >= (uint32_t{1} << kPairBits)) return;  // too large: Pair() looks up bytes
-  std::vector<uint64_t> found;
-  found.reserve(entries_.size() * 3);
-  for (const Entry& en : entries_) {
-    const char* p = arena_.data() + en.off;
-    for (uint32_t k = 1; k < en.len; ++k) {
-      const uint32_t left = Find(p, k);
-      if (left == kNoRank) continue;
-      const uint32_t right = Find(p + k, en.len - k);
-      if (right == kNoRank) continue;
-      found.push_back(uint64_t{left} | uint64_t{right} << kPairBits | uint64_t{en.rank} << (2 * kPairBits));
-    }
-  }
-  size_t cap = 16;
-  unsigned bits = 4;
-  while (cap * 7 < found.size() * 8) cap <<= 1, ++bits;  // load <= 7/8
-  pairs_.assign(cap, kNoPair);
-  pair_mask_ = cap - 1;
-  pair_shift_ = 64 - bits;
-  // Distinct tokens have distinct bytes, so no (left, right) occurs twice.
-  for (uint64_t s : found) {
-    size_t i = PairSlot(s & kPairKeyMask);
-    while (pairs_[i] != kNoPair) i = (i + 1) & pair_mask_;
-    pairs_[i] = s;
-  }
 }
 
 }  // namespace k3::tok

@@ -52,18 +52,6 @@ class RankTable {
     return Find(head, Hash(head, p, n), p, n);
   }
   uint32_t Find(std::string_view s) const { return Find(s.data(), s.size()); }
-  // Rank of the concatenation of two adjacent parts: tokens `left` and `right` whose bytes
-  // are p[0, n) (the merge step of BPE). Looked up in the pair table (one 8-byte slot
-  // compare, no token bytes touched), or by bytes if the vocabulary is too large for it.
-  uint32_t Pair(uint32_t left, uint32_t right, const char* p, size_t n) const {
-    if (pairs_.empty()) return Find(p, n);
-    const uint64_t key = uint64_t{left} | uint64_t{right} << kPairBits;
-    for (size_t i = PairSlot(key);; i = (i + 1) & pair_mask_) {
-      const uint64_t s = pairs_[i];
-      if (s == kNoPair) return kNoRank;
-      if ((s & kPairKeyMask) == key) return static_cast<uint32_t>(s >> (2 * kPairBits));
-    }
-  }
   // The same with Head() and Hash() already computed (n >= 1).
   uint32_t Find(uint64_t head, uint64_t hash, const char* p, size_t n) const {
     if (slots_.empty()) return kNoRank;
@@ -131,19 +119,6 @@ class RankTable {
     return std::memcmp(arena_.data() + s.off + 8, p + 8, n - 8) == 0;
   }
 
-  // Pair table: for every token that is the concatenation of two tokens, one slot per such
-  // split, left | right << 21 | merged << 42 (so ranks must be below 2^21; larger
-  // vocabularies go without). BPE only ever asks whether two adjacent tokens merge, and this
-  // answers it from ids: 8 bytes a slot (the byte table's 16 plus the token bytes behind).
-  static constexpr unsigned kPairBits = 21;
-  static constexpr uint64_t kPairKeyMask = (uint64_t{1} << (2 * kPairBits)) - 1;
-  static constexpr uint64_t kNoPair = ~uint64_t{0};  // bit 63 is never set in a slot
-  size_t PairSlot(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull) >> pair_shift_; }
-  void BuildPairs();
-  std::vector<uint64_t> pairs_;
-  size_t pair_mask_ = 0;
-  unsigned pair_shift_ = 64;
-
   std::string arena_;
   std::vector<Entry> entries_;
   std::vector<Slot> slots_;
@@ -152,14 +127,10 @@ class RankTable {
   size_t mask_ = 0;
 };
 
-// Small direct-mapped memos in front of a RankTable, hits and misses alike, one per Encode
-// call (not thread-safe, allocated on first use). BPE probes the same pairs over and over
-// (the bytes of one character, common syllables); the memos (64 KiB + 256 KiB) stay in the
-// core's caches where the table (8 MiB for 200k tokens) does not.
-// - Find(): byte strings of up to 8 bytes (the initial byte pairs).
-// - Pair(): merges keyed by the two token ranks, any length. Keying by ranks makes the key
-//   8 bytes whatever the tokens' length, so merges of long parts (Cyrillic, CJK: 2-3 bytes a
-//   character) are memoized too, and a hit compares no bytes.
+// A small direct-mapped memo in front of a RankTable for lookups of up to 8 bytes, hits and
+// misses alike. BPE probes the same short pairs over and over (the bytes of one character,
+// common letter pairs); the memo (64 KiB) stays in the core's cache where the table (8 MiB
+// for 200k tokens) does not. One per Encode call: not thread-safe, allocated on first use.
 class CachedRanks {
  public:
   explicit CachedRanks(const RankTable& table) : table_(table) {}
@@ -178,38 +149,16 @@ class CachedRanks {
   uint32_t Find(std::string_view s) { return Find(s.data(), s.size()); }
   uint32_t ByteRank(uint8_t b) const { return table_.ByteRank(b); }
 
-  uint32_t Pair(uint32_t left, uint32_t right, const char* p, size_t n) {
-    const uint64_t key = uint64_t{left} << 32 | right;  // ranks < 2^24: never kNoKey
-    uint64_t h = key * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 31;
-    if (!pairs_) {
-      pairs_.reset(new PairMemo[kPairs]);
-      for (size_t i = 0; i < kPairs; ++i) pairs_[i] = PairMemo{kNoKey, kNoRank};
-    }
-    PairMemo& m = pairs_[h & (kPairs - 1)];
-    if (m.key == key) return m.rank;
-    const uint32_t r = table_.Pair(left, right, p, n);
-    m = PairMemo{key, r};
-    return r;
-  }
-
  private:
   struct Memo {
     uint64_t head = 0;
     uint32_t len = 0;  // 0 = empty
     uint32_t rank = kNoRank;
   };
-  struct PairMemo {
-    uint64_t key;
-    uint32_t rank;
-  };
   static constexpr size_t kMemo = 4096;
-  static constexpr size_t kPairs = 16384;
-  static constexpr uint64_t kNoKey = ~uint64_t{0};
 
   const RankTable& table_;
   std::unique_ptr<Memo[]> memo_;
-  std::unique_ptr<PairMemo[]> pairs_;
 };
 
 }  // namespace k3::tok
