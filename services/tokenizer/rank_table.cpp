@@ -1,5 +1,10 @@
 #include "rank_table.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <new>
+
 namespace k3::tok {
 
 void RankTable::Add(std::string_view bytes, uint32_t rank) {
@@ -10,7 +15,13 @@ void RankTable::Add(std::string_view bytes, uint32_t rank) {
 bool RankTable::Finish(uint32_t* dup_first, uint32_t* dup_second) {
   size_t cap = 16;
   while (cap < entries_.size() * 2) cap <<= 1;
-  slots_.assign(cap, Slot{0, 0, kEmpty});
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t bytes = (cap * sizeof(Slot) + kHuge - 1) / kHuge * kHuge;
+  Slot* mem = static_cast<Slot*>(std::aligned_alloc(kHuge, bytes));
+  if (!mem) throw std::bad_alloc();
+  madvise(mem, bytes, MADV_HUGEPAGE);  // a hint: without it the table still works
+  slots_.reset(mem);
+  std::fill(mem, mem + cap, Slot{0, 0, kEmpty});
   mask_ = cap - 1;
   for (uint32_t e = 0; e < entries_.size(); ++e) {
     const Entry& en = entries_[e];
