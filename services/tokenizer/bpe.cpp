@@ -71,23 +71,26 @@ void BpeMergeHeap(Ranks& ranks, std::string_view piece, std::vector<uint32_t>* o
   // Part i starts at byte i while alive; next[i] is the following live part (n = end).
   // Pieces up to kStackPiece bytes keep everything on the stack (no allocation per piece).
   constexpr uint32_t kStackPiece = 256;
-  uint32_t next_b[kStackPiece], prev_b[kStackPiece], rank_b[kStackPiece];
+  uint32_t next_b[kStackPiece], prev_b[kStackPiece], rank_b[kStackPiece], token_b[kStackPiece];
   uint8_t alive_b[kStackPiece];
   uint64_t heap_b[3 * kStackPiece];
-  std::vector<uint32_t> next_v, prev_v, rank_v;
+  std::vector<uint32_t> next_v, prev_v, rank_v, token_v;
   std::vector<uint8_t> alive_v;
   std::vector<uint64_t> heap_v;
-  uint32_t *next = next_b, *prev = prev_b, *rank = rank_b;
+  uint32_t *next = next_b, *prev = prev_b, *rank = rank_b, *token = token_b;
   uint8_t* alive = alive_b;
   uint64_t* heap = heap_b;
   if (n > kStackPiece) {
-    next_v.resize(n), prev_v.resize(n), rank_v.resize(n), alive_v.resize(n), heap_v.resize(3 * size_t{n});
-    next = next_v.data(), prev = prev_v.data(), rank = rank_v.data(), alive = alive_v.data(), heap = heap_v.data();
+    next_v.resize(n), prev_v.resize(n), rank_v.resize(n), token_v.resize(n), alive_v.resize(n);
+    heap_v.resize(3 * size_t{n});
+    next = next_v.data(), prev = prev_v.data(), rank = rank_v.data(), token = token_v.data();
+    alive = alive_v.data(), heap = heap_v.data();
   }
   for (uint32_t i = 0; i < n; ++i) {
     next[i] = i + 1;
     prev[i] = i == 0 ? n : i - 1;  // n = none
     alive[i] = 1;
+    token[i] = ranks.ByteRank(static_cast<uint8_t>(piece[i]));
   }
   auto pair_rank = [&](uint32_t i) -> uint32_t {
     const uint32_t j = next[i];
@@ -114,12 +117,13 @@ void BpeMergeHeap(Ranks& ranks, std::string_view piece, std::vector<uint32_t>* o
     if (!alive[i] || rank[i] != static_cast<uint32_t>(key >> 32)) continue;
     const uint32_t j = next[i];
     alive[j] = 0;
+    token[i] = rank[i];  // the merged part is the token the pair's rank names
     next[i] = next[j];
     if (next[j] < n) prev[next[j]] = i;
     push(i);
     if (prev[i] < n) push(prev[i]);
   }
-  for (uint32_t i = 0; i < n; i = next[i]) out->push_back(ranks.Find(piece.data() + i, next[i] - i));
+  for (uint32_t i = 0; i < n; i = next[i]) out->push_back(token[i]);
 }
 
 void BpeEncode(const RankTable& ranks, std::string_view piece, std::vector<uint32_t>* out) {
