@@ -23,7 +23,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import alive, children_of, service_pid, shm_names  # noqa: E402
+from proc_util import alive, children_of, env_for_ptrace, service_pid, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 TESTDATA = os.environ.get("K3_TESTDATA", "")
@@ -107,11 +107,11 @@ class ComputeFaults(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def launch(self, *extra, out=None):
+    def launch(self, *extra, out=None, env=None):
         args = [os.path.join(BIN, "k3-launch"), self.toml, "--ids", IDS] + list(extra)
         if out:
             args += ["--out", out]
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         return p, LineReader(p.stdout), LineReader(p.stderr)
 
     def assert_clean(self, p):
@@ -121,7 +121,7 @@ class ComputeFaults(unittest.TestCase):
     # ------------------------------------------------------------------ fault 4
 
     def test_sigint_to_launcher_stops_compute_within_1s_with_stats(self):
-        p, out, err = self.launch("--gen", "100000")
+        p, out, err = self.launch("--gen", "100000", env=env_for_ptrace())  # compute gets traced
         try:
             compute = service_pid(p.pid, "k3-compute")
             self.assertTrue(out.wait_for(lambda ls: len(ls) >= 5, 120), "no tokens: " + "".join(err.lines))

@@ -29,7 +29,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import alive, children_of, service_pids  # noqa: E402
+from proc_util import alive, children_of, env_for_ptrace, service_pids  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -264,7 +264,7 @@ class LifetimesTest(unittest.TestCase):
     # ---- fault 8: harmless signals never end a run ---------------------------------------------
 
     def storm_run(self, sigs):
-        p = launch()
+        p = launch(env=env_for_ptrace())
         # From the moment the launcher has spawned (its handlers are installed by then; a
         # signal before main() is any program's race). Services are covered from their fork.
         while not children_of(p.pid) and p.poll() is None:
@@ -283,7 +283,9 @@ class LifetimesTest(unittest.TestCase):
                                 sent[0] += 1
                             except OSError:
                                 pass
-                time.sleep(0.0005)
+                # Bounded rate (still tens of thousands of signals a run): flat out, a sanitizer
+                # build on a busy machine spends all its time in signal handlers.
+                time.sleep(0.005)
 
         t = threading.Thread(target=storm)
         t.start()
@@ -362,7 +364,7 @@ class LifetimesTest(unittest.TestCase):
         args = ["strace", "-f", "-qq", "-e", "trace=write", "-e", "signal=none", "-xx", "-s", "1048576", "-o",
                 trace, os.path.join(BIN, "k3-launch"), DEMO, "--prompt", PROMPT, "--gen", str(GEN),
                 "--threads", "1"]
-        r = subprocess.run(args, capture_output=True, timeout=TIMEOUT)
+        r = subprocess.run(args, capture_output=True, timeout=TIMEOUT, env=env_for_ptrace())
         self.assertEqual(r.returncode, 0, r.stderr.decode(errors="replace")[-2000:])
         writes = []
         with open(trace) as f:
