@@ -3,7 +3,9 @@
 # Usage: scripts/install-deps.sh [--tests] [--with-torch]
 #   (none)        build the engine and run the demo
 #   --tests       also what the test suite needs so that no test skips: torch for
-#                 demo_train_parts, Node.js + npm for tokenizer_parity (scripts/test.sh uses this)
+#                 demo_train_parts, Node.js + npm for tokenizer_parity, tmux for the terminal
+#                 tests and strace for the exit-status and whole-line checks of the pipeline
+#                 tests (scripts/test.sh uses this)
 #   --with-torch  also what training the demo model needs (train/, not part of CI)
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config
@@ -21,6 +23,7 @@ for a in "$@"; do
   esac
 done
 if ((tests || torch)); then PKGS+=(python3-torch); fi
+if ((tests)); then PKGS+=(tmux strace); fi
 # Node.js (the test-only tiktoken peer) ships with npm on some machines (and Debian's npm package
 # conflicts with such a node); only add the Debian pair if npm is absent.
 if ((tests)) && ! command -v npm >/dev/null 2>&1; then PKGS+=(nodejs npm); fi
