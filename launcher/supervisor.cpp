@@ -45,7 +45,7 @@ Supervisor::Supervisor() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  // SIGPIPE is ignored by k3-launch's main (k3::IgnoreSigpipe): a closed stdout is a stop.
 }
 
 Supervisor::~Supervisor() {

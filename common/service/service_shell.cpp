@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/stdout_writer.h"
+
 namespace k3::svc {
 namespace {
 std::atomic<bool> g_stop{false};
@@ -20,7 +22,7 @@ void InstallStopSignals() {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);  // a closed terminal is a stop request too, not a crash
-  std::signal(SIGPIPE, SIG_IGN);
+  IgnoreSigpipe();
 }
 
 bool StopRequested() { return g_stop.load(); }
