@@ -31,6 +31,8 @@ const char* FinishReasonName(ipc::compute::StopReason r) {
       return "stop_id";
     case ipc::compute::StopReason::kInterrupted:
       return "interrupted";
+    case ipc::compute::StopReason::kCancelled:
+      return "cancelled";
   }
   return "unknown";  // a value this build does not know (a newer compute)
 }

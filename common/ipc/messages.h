@@ -130,6 +130,19 @@ using Message = std::variant<ExpertRequest, ExpertReady, ExpertRelease, ExpertFa
 }  // namespace experts
 
 namespace compute {
+// Defaults mean greedy (proto/compute.fbs Sampling).
+struct Sampling {
+  float temperature = 0;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0;
+  float repeat_penalty = 1.0f;
+  int32_t repeat_last_n = 64;
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
+  uint64_t seed = 0;
+  bool operator==(const Sampling&) const = default;
+};
 struct Generate {
   uint64_t request_id = 0;
   std::vector<int32_t> ids;
@@ -137,12 +150,25 @@ struct Generate {
   bool full_recompute = false;
   int32_t prefill_chunk = 0;
   std::vector<int32_t> stop_ids;
+  bool keep_state = false;
+  int32_t max_positions = 0;
+  Sampling sampling;
+  int32_t logprobs = -1;
+  bool perplexity = false;
+  int32_t spec = 0;
   bool operator==(const Generate&) const = default;
+};
+struct TopLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  bool operator==(const TopLogprob&) const = default;
 };
 struct Token {
   uint64_t request_id = 0;
   int32_t id = 0;
   int32_t index = 0;
+  float logprob = 0;
+  std::vector<TopLogprob> top;
   bool operator==(const Token&) const = default;
 };
 struct RunStats {
@@ -150,16 +176,54 @@ struct RunStats {
   int32_t generated_tokens = 0;
   double prefill_seconds = 0;
   double seconds_per_token = 0;
+  int32_t position = 0;
+  int32_t scored_tokens = 0;
+  double nll_sum = 0;
+  int32_t spec_drafted = 0;
+  int32_t spec_accepted = 0;
   bool operator==(const RunStats&) const = default;
 };
-enum class StopReason : uint8_t { kLength = 0, kStopId = 1, kInterrupted = 2 };
+enum class StopReason : uint8_t { kLength = 0, kStopId = 1, kInterrupted = 2, kCancelled = 3 };
 struct Done {
   uint64_t request_id = 0;
   RunStats stats;
   StopReason reason = StopReason::kLength;
   bool operator==(const Done&) const = default;
 };
-using Message = std::variant<Generate, Token, Done>;
+struct Cancel {
+  uint64_t request_id = 0;
+  bool operator==(const Cancel&) const = default;
+};
+enum class StateAction : uint8_t { kSave = 0, kLoad = 1, kReset = 2 };
+struct StateOp {
+  uint64_t request_id = 0;
+  StateAction action = StateAction::kSave;
+  std::string path;   // bytes
+  std::string extra;  // bytes
+  bool operator==(const StateOp&) const = default;
+};
+struct StateDone {
+  uint64_t request_id = 0;
+  bool ok = false;
+  std::string error;
+  int32_t position = 0;
+  std::vector<int32_t> ids;
+  std::string extra;  // bytes
+  bool operator==(const StateDone&) const = default;
+};
+using Message = std::variant<Generate, Token, Done, Cancel, StateOp, StateDone>;
+}  // namespace compute
+
+// A plain Token (no logprobs), for senders and tests that need no more.
+inline compute::Token ATokenMessage(uint64_t request_id, int32_t id, int32_t index) {
+  compute::Token t;
+  t.request_id = request_id;
+  t.id = id;
+  t.index = index;
+  return t;
+}
+
+namespace compute {
 }  // namespace compute
 
 namespace tokenizer {

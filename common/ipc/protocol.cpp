@@ -24,7 +24,8 @@ using flatbuffers::FlatBufferBuilder;
 // The C++ enums mirror the schema enums value for value; the casts below rely on it.
 static_assert(static_cast<int>(fbw::Error::OutOfRange) == static_cast<int>(weights::Error::kOutOfRange));
 static_assert(static_cast<int>(fbe::Error::BadChecksum) == static_cast<int>(experts::Error::kBadChecksum));
-static_assert(static_cast<int>(fbp::StopReason::Interrupted) == static_cast<int>(compute::StopReason::kInterrupted));
+static_assert(static_cast<int>(fbp::StopReason::Cancelled) == static_cast<int>(compute::StopReason::kCancelled));
+static_assert(static_cast<int>(fbp::StateAction::Reset) == static_cast<int>(compute::StateAction::kReset));
 static_assert(static_cast<int>(fbe::Error::NoSlot) == static_cast<int>(experts::Error::kNoSlot));
 static_assert(static_cast<int>(fbe::Priority::Prefetch) == static_cast<int>(experts::Priority::kPrefetch));
 static_assert(static_cast<int>(fbt::Error::Unsupported) == static_cast<int>(tokenizer::Error::kUnsupported));
@@ -355,26 +356,57 @@ bool ExpertBytesMatch(const experts::ExpertBytes& h, std::span<const uint8_t> by
 // ============================== compute ==============================
 
 Encoded Encode(const compute::Generate& m) {
-  FlatBufferBuilder fbb(128 + 4 * (m.ids.size() + m.stop_ids.size()));
+  FlatBufferBuilder fbb(192 + 4 * (m.ids.size() + m.stop_ids.size()));
+  const auto& s = m.sampling;
+  auto sampling = fbp::CreateSampling(fbb, s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty,
+                                      s.repeat_last_n, s.presence_penalty, s.frequency_penalty, s.seed);
   auto msg = fbp::CreateGenerateDirect(fbb, m.request_id, &m.ids, m.gen, m.full_recompute, m.prefill_chunk,
-                                       &m.stop_ids);
+                                       &m.stop_ids, m.keep_state, m.max_positions, sampling, m.logprobs,
+                                       m.perplexity, m.spec);
   fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Generate, msg.Union()));
   return Finish(fbb, Protocol::kCompute, fbp::Message::Generate);
 }
 Encoded Encode(const compute::Token& m) {
-  FlatBufferBuilder fbb(64);
-  auto msg = fbp::CreateToken(fbb, m.request_id, m.id, m.index);
+  FlatBufferBuilder fbb(64 + 8 * m.top.size());
+  std::vector<fbp::TopLogprob> top;
+  top.reserve(m.top.size());
+  for (const auto& t : m.top) top.emplace_back(t.id, t.logprob);
+  auto msg = fbp::CreateTokenDirect(fbb, m.request_id, m.id, m.index, m.logprob, &top);
   fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Token, msg.Union()));
   return Finish(fbb, Protocol::kCompute, fbp::Message::Token);
 }
 Encoded Encode(const compute::Done& m) {
-  FlatBufferBuilder fbb(128);
+  FlatBufferBuilder fbb(160);
   const auto& s = m.stats;
   auto stats = fbp::CreateRunStats(fbb, s.prompt_tokens, s.generated_tokens, s.prefill_seconds,
-                                   s.seconds_per_token);
+                                   s.seconds_per_token, s.position, s.scored_tokens, s.nll_sum, s.spec_drafted,
+                                   s.spec_accepted);
   auto msg = fbp::CreateDone(fbb, m.request_id, stats, static_cast<fbp::StopReason>(m.reason));
   fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Done, msg.Union()));
   return Finish(fbb, Protocol::kCompute, fbp::Message::Done);
+}
+Encoded Encode(const compute::Cancel& m) {
+  FlatBufferBuilder fbb(48);
+  auto msg = fbp::CreateCancel(fbb, m.request_id);
+  fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Cancel, msg.Union()));
+  return Finish(fbb, Protocol::kCompute, fbp::Message::Cancel);
+}
+Encoded Encode(const compute::StateOp& m) {
+  FlatBufferBuilder fbb(64 + m.path.size() + m.extra.size());
+  auto path = BytesVec(fbb, m.path);
+  auto extra = BytesVec(fbb, m.extra);
+  auto msg = fbp::CreateStateOp(fbb, m.request_id, static_cast<fbp::StateAction>(m.action), path, extra);
+  fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::StateOp, msg.Union()));
+  return Finish(fbb, Protocol::kCompute, fbp::Message::StateOp);
+}
+Encoded Encode(const compute::StateDone& m) {
+  FlatBufferBuilder fbb(96 + m.error.size() + 4 * m.ids.size() + m.extra.size());
+  auto error = fbb.CreateString(m.error);
+  auto ids = fbb.CreateVector(m.ids);
+  auto extra = BytesVec(fbb, m.extra);
+  auto msg = fbp::CreateStateDone(fbb, m.request_id, m.ok, error, m.position, ids, extra);
+  fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::StateDone, msg.Union()));
+  return Finish(fbb, Protocol::kCompute, fbp::Message::StateDone);
 }
 
 Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<const uint8_t> payload) {
@@ -386,21 +418,55 @@ Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<
         switch (e->message_type()) {
           case fbp::Message::Generate: {
             const auto* m = e->message_as_Generate();
-            return R::Ok(compute::Generate{m->request_id(), Vec(m->ids()), m->gen(), m->full_recompute(),
-                                           m->prefill_chunk(), Vec(m->stop_ids())});
+            compute::Generate g;
+            g.request_id = m->request_id();
+            g.ids = Vec(m->ids());
+            g.gen = m->gen();
+            g.full_recompute = m->full_recompute();
+            g.prefill_chunk = m->prefill_chunk();
+            g.stop_ids = Vec(m->stop_ids());
+            g.keep_state = m->keep_state();
+            g.max_positions = m->max_positions();
+            if (const auto* s = m->sampling()) {
+              g.sampling = {s->temperature(), s->top_k(),          s->top_p(),
+                            s->min_p(),       s->repeat_penalty(), s->repeat_last_n(),
+                            s->presence_penalty(), s->frequency_penalty(), s->seed()};
+            }
+            g.logprobs = m->logprobs();
+            g.perplexity = m->perplexity();
+            g.spec = m->spec();
+            return R::Ok(std::move(g));
           }
           case fbp::Message::Token: {
             const auto* m = e->message_as_Token();
-            return R::Ok(compute::Token{m->request_id(), m->id(), m->index()});
+            compute::Token t{m->request_id(), m->id(), m->index(), m->logprob(), {}};
+            if (const auto* top = m->top())
+              for (const auto* x : *top) t.top.push_back({x->id(), x->logprob()});
+            return R::Ok(std::move(t));
           }
           case fbp::Message::Done: {
             const auto* m = e->message_as_Done();
             if (m->reason() > fbp::StopReason::MAX) return R::Fail("Done.reason out of range");
             compute::Done d{m->request_id(), {}, static_cast<compute::StopReason>(m->reason())};
             if (const auto* s = m->stats()) {
-              d.stats = {s->prompt_tokens(), s->generated_tokens(), s->prefill_seconds(), s->seconds_per_token()};
+              d.stats = {s->prompt_tokens(), s->generated_tokens(), s->prefill_seconds(), s->seconds_per_token(),
+                         s->position(),      s->scored_tokens(),    s->nll_sum(),         s->spec_drafted(),
+                         s->spec_accepted()};
             }
             return R::Ok(d);
+          }
+          case fbp::Message::Cancel:
+            return R::Ok(compute::Cancel{e->message_as_Cancel()->request_id()});
+          case fbp::Message::StateOp: {
+            const auto* m = e->message_as_StateOp();
+            if (m->action() > fbp::StateAction::MAX) return R::Fail("StateOp.action out of range");
+            return R::Ok(compute::StateOp{m->request_id(), static_cast<compute::StateAction>(m->action()),
+                                          Bytes(m->path()), Bytes(m->extra())});
+          }
+          case fbp::Message::StateDone: {
+            const auto* m = e->message_as_StateDone();
+            return R::Ok(compute::StateDone{m->request_id(), m->ok(), Str(m->error()), m->position(),
+                                            Vec(m->ids()), Bytes(m->extra())});
           }
           default:
             return R::Fail("unknown compute message type");

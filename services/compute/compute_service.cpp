@@ -163,7 +163,11 @@ void ComputeService::Answer(const cp::Generate& g) {
   };
   std::vector<double> probe_gbs;
   hooks.on_token = [&](int32_t id, int64_t index) {
-    ipc::SendMessage(launcher_, ipc::Encode(cp::Token{g.request_id, id, static_cast<int32_t>(index)}));
+    cp::Token t;
+    t.request_id = g.request_id;
+    t.id = id;
+    t.index = static_cast<int32_t>(index);
+    ipc::SendMessage(launcher_, ipc::Encode(t));
     if (opt_.probe_membw && index > 0) probe_gbs.push_back(ProbeReadGBs(probe_regions_));  // between steps
   };
   hooks.should_stop = [this] { return stop_(); };

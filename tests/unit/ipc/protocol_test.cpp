@@ -59,9 +59,36 @@ TEST(Protocol, ExpertsRoundTrip) {
 TEST(Protocol, ComputeRoundTrip) {
   std::vector<int32_t> ids(5000);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i * 31 % 163840);
-  RoundTrip(compute::Generate{1, ids, 16, true, 64, {163586}}, DecodeCompute, "compute.Generate");
-  RoundTrip(compute::Token{1, 42, 0}, DecodeCompute, "compute.Token");
+  compute::Generate g1;
+  g1.request_id = 1;
+  g1.ids = ids;
+  g1.gen = 16;
+  g1.full_recompute = true;
+  g1.prefill_chunk = 64;
+  g1.stop_ids = {163586};
+  RoundTrip(g1, DecodeCompute, "compute.Generate");
+  RoundTrip(ATokenMessage(1, 42, 0), DecodeCompute, "compute.Token");
   RoundTrip(compute::Done{1, {5000, 16, 12.5, 0.75}, compute::StopReason::kStopId}, DecodeCompute, "compute.Done");
+  compute::Generate g;
+  g.request_id = 2;
+  g.ids = {1, 2, 3};
+  g.gen = 8;
+  g.stop_ids = {7};
+  g.keep_state = true;
+  g.max_positions = 4096;
+  g.sampling = {0.7f, 40, 0.9f, 0.05f, 1.1f, -1, 0.5f, 0.25f, 0xfedcba9876543210ull};
+  g.logprobs = 5;
+  g.perplexity = true;
+  g.spec = 4;
+  RoundTrip(g, DecodeCompute, "compute.Generate");
+  RoundTrip(compute::Token{2, 9, 3, -0.125f, {{9, -0.125f}, {4, -2.5f}}}, DecodeCompute, "compute.Token");
+  RoundTrip(compute::Done{2, {3, 8, 1.5, 0.25, 11, 2, 3.75, 12, 9}, compute::StopReason::kCancelled}, DecodeCompute,
+            "compute.Done");
+  RoundTrip(compute::Cancel{2}, DecodeCompute, "compute.Cancel");
+  RoundTrip(compute::StateOp{3, compute::StateAction::kLoad, "/tmp/a\xff.k3state", std::string("h\0i", 3)},
+            DecodeCompute, "compute.StateOp");
+  RoundTrip(compute::StateDone{3, false, "not a k3 state file", 11, {1, 2, 3}, "history"}, DecodeCompute,
+            "compute.StateDone");
 }
 
 TEST(Protocol, EveryTruncationRejected) {

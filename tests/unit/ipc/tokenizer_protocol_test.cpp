@@ -96,7 +96,7 @@ TEST(TokenizerProtocol, KindMustMatchPayload) {
 }
 
 TEST(TokenizerProtocol, OtherProtocolsRejectedBothWays) {
-  Encoded c = Encode(compute::Token{1, 2, 3});
+  Encoded c = Encode(ATokenMessage(1, 2, 3));
   auto ck = c.kind.bytes();
   EXPECT_FALSE(DecodeTokenizer(KindSpan(ck), c.payload).ok());
   std::array<uint8_t, 2> relabelled{static_cast<uint8_t>(Protocol::kTokenizer), ck[1]};

@@ -105,7 +105,7 @@ TEST(ZmqChannel, WrongProtocolCounted) {
   zmq::socket_t push(ctx, zmq::socket_type::push);
   push.set(zmq::sockopt::linger, 1000);
   push.connect(ep);
-  SendMessage(push, Encode(compute::Token{1, 2, 3}));  // not a weights message
+  SendMessage(push, Encode(ATokenMessage(1, 2, 3)));  // not a weights message
   SendMessage(push, Encode(weights::LayerDone{4, 5, 6}));
   RejectCounter rejects;
   auto got = ReceiveVerified(pull, false, DecodeWeights, In(5000), rejects);

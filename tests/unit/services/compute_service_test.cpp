@@ -73,6 +73,18 @@ class ComputeServiceTest : public ::testing::Test {
   void Send(const cp::Generate& g) {
     ipc::SendMessage(compute_ep_, ipc::Encode(g), {}, "compute");
   }
+  // A greedy Generate with the fields these tests vary.
+  void Send(uint64_t id, std::vector<int32_t> ids, int32_t gen, bool full_recompute, int32_t chunk,
+            std::vector<int32_t> stop_ids) {
+    cp::Generate g;
+    g.request_id = id;
+    g.ids = std::move(ids);
+    g.gen = gen;
+    g.full_recompute = full_recompute;
+    g.prefill_chunk = chunk;
+    g.stop_ids = std::move(stop_ids);
+    Send(g);
+  }
   std::optional<cp::Message> Next(std::chrono::milliseconds timeout = 60s) {
     auto r = ipc::ReceiveVerified(compute_ep_, true, ipc::DecodeCompute, ipc::Clock::now() + timeout, rejects_);
     if (!r) return std::nullopt;
@@ -112,7 +124,7 @@ class ComputeServiceTest : public ::testing::Test {
 };
 
 TEST_F(ComputeServiceTest, StopIdsEndTheGenerationAndDoneSaysSo) {
-  Send({1, {1, 5, 9, 200, 77, 3, 18, 42}, 10, false, 0, {}});
+  Send(1, {1, 5, 9, 200, 77, 3, 18, 42}, 10, false, 0, {});
   std::vector<int32_t> full;
   auto d = Collect(full);
   ASSERT_TRUE(d) << launcher_.ReadStderr("compute");
@@ -120,7 +132,7 @@ TEST_F(ComputeServiceTest, StopIdsEndTheGenerationAndDoneSaysSo) {
   ASSERT_EQ(full.size(), 10u);
   size_t first = 0;
   while (full[first] != full[4]) ++first;
-  Send({2, {1, 5, 9, 200, 77, 3, 18, 42}, 10, false, 0, {full[4]}});
+  Send(2, {1, 5, 9, 200, 77, 3, 18, 42}, 10, false, 0, {full[4]});
   std::vector<int32_t> got;
   d = Collect(got);
   ASSERT_TRUE(d);
@@ -134,7 +146,7 @@ TEST_F(ComputeServiceTest, StopIdsEndTheGenerationAndDoneSaysSo) {
 }
 
 TEST_F(ComputeServiceTest, ShutdownDuringARequestSendsStatsThenDoneAndExits5WithinOneSecond) {
-  Send({7, {1, 5, 9, 200, 77, 3, 18, 42}, 1000000, false, 0, {}});
+  Send(7, {1, 5, 9, 200, 77, 3, 18, 42}, 1000000, false, 0, {});
   std::vector<int32_t> ids;
   while (ids.size() < 5) {
     auto m = Next();
@@ -163,7 +175,7 @@ TEST_F(ComputeServiceTest, ShutdownDuringARequestSendsStatsThenDoneAndExits5With
 // Waiting for weights is a safe point too: with the trunk reader stopped (SIGSTOP) compute
 // sits in its wait for the next ring layer, and a stop signal still ends it within 1 s.
 TEST_F(ComputeServiceTest, StopSignalWhileWaitingForWeightsEndsTheRequest) {
-  Send({8, {1, 5, 9, 200, 77, 3, 18, 42}, 1000000, false, 0, {}});
+  Send(8, {1, 5, 9, 200, 77, 3, 18, 42}, 1000000, false, 0, {});
   std::vector<int32_t> ids;
   while (ids.size() < 3) {
     auto m = Next();
@@ -188,7 +200,7 @@ TEST_F(ComputeServiceTest, StopSignalWhileWaitingForWeightsEndsTheRequest) {
 TEST_F(ComputeServiceTest, PrefillProgressArrivesAsStats) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < 200; ++i) prompt.push_back((i * 37 + 5) % 250);
-  Send({3, prompt, 1, false, 8, {}});
+  Send(3, prompt, 1, false, 8, {});
   std::vector<int32_t> ids;
   ASSERT_TRUE(Collect(ids));
   auto stats = StatsUntil("decode_steps");

@@ -149,7 +149,7 @@ TEST_F(ServeProcess, AnswersRejectsMalformedAndKeepsAnswering) {
   const auto good = ipc::Encode(tk::Encode{2, text, false});
   const auto kind = good.kind.bytes();
   peer.SendRaw({std::string(kind.begin(), kind.end()), std::string(good.payload.begin(), good.payload.end() - 3)});
-  peer.Send(ipc::compute::Token{1, 2, 3});
+  peer.Send(ipc::ATokenMessage(1, 2, 3));
   peer.Send(tk::Decoded{9, "x"});
 
   peer.Send(tk::Decode{3, Wire(TestTokenizer().Encode(text, false)), false, false});
