@@ -173,9 +173,14 @@ TEST(Protocol, EnumOutOfRangeRejected) {
   Encoded w = Encode(weights::LayerFailed{1, static_cast<weights::Error>(3), "?"});
   auto wk = w.kind.bytes();
   EXPECT_FALSE(DecodeWeights(KindSpan(wk), w.payload).ok());
-  Encoded d = Encode(compute::Done{1, {}, static_cast<compute::StopReason>(3)});
+  Encoded d = Encode(compute::Done{1, {}, static_cast<compute::StopReason>(4)});
   auto dk = d.kind.bytes();
   EXPECT_FALSE(DecodeCompute(KindSpan(dk), d.payload).ok());
+  compute::StateOp op;
+  op.action = static_cast<compute::StateAction>(3);
+  Encoded o = Encode(op);
+  auto ok = o.kind.bytes();
+  EXPECT_FALSE(DecodeCompute(KindSpan(ok), o.payload).ok());
 }
 
 TEST(Protocol, MisalignedPayloadStillDecodes) {
