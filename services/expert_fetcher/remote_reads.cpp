@@ -20,12 +20,17 @@ RemoteReads::RemoteReads(zmq::context_t& ctx, const std::string& endpoint, int i
       resend_(resend),
       give_up_(give_up) {
   sock_.set(zmq::sockopt::linger, 0);
+  sock_.set(zmq::sockopt::sndtimeo, 2000);  // never hang on a connection closed just now
   if (curve) ipc::ApplyClientKeys(sock_, *curve);
   watch_.emplace(ctx, sock_, endpoint, curve.has_value());
   sock_.connect(endpoint);
 }
 
 void RemoteReads::Send(uint64_t id, const Read& r) {
+  // A server that refused the handshake leaves no connection to queue on, and a send would
+  // block: send only when ZeroMQ can take the request (else it goes again after `resend`).
+  zmq::pollitem_t out{sock_.handle(), 0, ZMQ_POLLOUT, 0};
+  if (ipc::Poll(&out, 1, std::chrono::milliseconds(0)) <= 0) return;
   ipc::SendMessage(sock_, ipc::Encode(x::ExpertRequest{id, r.layer, {r.expert}, x::Priority::kDemand}));
 }
 
