@@ -19,6 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
+import test_remote_experts as tre  # noqa: E402
 from proc_util import children_of, free_port, last_line, shm_names  # noqa: E402
 
 SERVER = "k3-expert-server"
@@ -33,15 +34,12 @@ class ExpertAuthTest(unittest.TestCase):
     def setUpClass(cls):
         if not tp.BIN or not os.path.isdir(tp.MODEL):
             raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
-        tp.PipelineTest.setUpClass()
+        # The standalone ids, budgets and the plan's extra bytes for a remote run.
+        tre.RemoteExpertsTest.setUpClass()
         cls.base = tp.PipelineTest
         cls.expected = cls.base.expected
+        cls.extra = tre.RemoteExpertsTest.extra
         cls.tmp = tempfile.mkdtemp(prefix="k3-auth-test-")
-        # The plan of a remote run holds the fetcher's frames in flight too (test_remote_experts.py).
-        r = subprocess.run([os.path.join(tp.BIN, "k3-launch"), cls.base.toml, "--budget", "1", "--dry-run",
-                            "--expert-server", "tcp://127.0.0.1:1"], capture_output=True, text=True, timeout=tp.TIMEOUT)
-        assert r.returncode == 6, r.stderr
-        cls.extra = int(r.stderr.split("(")[1].split(" bytes")[0]) - cls.base.floor
         cls.keys = os.path.join(cls.tmp, "keys")
         cls.allowed = os.path.join(cls.tmp, "allowed")
         os.makedirs(cls.keys)

@@ -21,6 +21,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
+import test_remote_experts as tre  # noqa: E402
 from proc_util import free_port  # noqa: E402
 
 FLOOD = os.environ.get("K3_SERVER_FLOOD", "")
@@ -46,17 +47,14 @@ class ExpertServerBoundsTest(unittest.TestCase):
     def setUpClass(cls):
         if not tp.BIN or not os.path.isdir(tp.MODEL) or not FLOOD:
             raise unittest.SkipTest("K3_BIN / K3_TESTDATA / K3_SERVER_FLOOD not set")
-        tp.PipelineTest.setUpClass()
+        tre.RemoteExpertsTest.setUpClass()  # ids, budgets, the plan's extra bytes for a remote run
         cls.base = tp.PipelineTest
+        cls.extra = tre.RemoteExpertsTest.extra
         cls.tmp = tempfile.mkdtemp(prefix="k3-bounds-test-")
         for name in ("server", "client"):
             r = subprocess.run([os.path.join(tp.BIN, "k3-expert-server"), "keygen", os.path.join(cls.tmp, name)],
                                capture_output=True, text=True, timeout=60)
             assert r.returncode == 0, r.stderr
-        r = subprocess.run([os.path.join(tp.BIN, "k3-launch"), cls.base.toml, "--budget", "1", "--dry-run",
-                            "--expert-server", "tcp://127.0.0.1:1"], capture_output=True, text=True, timeout=tp.TIMEOUT)
-        assert r.returncode == 6, r.stderr
-        cls.extra = int(r.stderr.split("(")[1].split(" bytes")[0]) - cls.base.floor
         with open(os.path.join(tp.MODEL, "config.json")) as f:
             cfg = json.load(f)
         cfg = cfg.get("text_config", cfg)
