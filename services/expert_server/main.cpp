@@ -361,6 +361,12 @@ int Main(int argc, char** argv) {
     if (f.key.empty() && !f.allow.empty()) throw UsageError("--allow needs --key");
     if (!f.key.empty() && f.allow.empty())
       throw UsageError("--key needs --allow: the client certificates (or a directory of them) that may connect");
+    // The longest request the server answers must get through libzmq (4 bytes per expert).
+    const int64_t longest_request = 1024 + 4 * int64_t{f.max_request_experts};
+    if (f.max_message_bytes < longest_request)
+      throw UsageError("--max-message-bytes " + std::to_string(f.max_message_bytes) + " is below a request of " +
+                       std::to_string(f.max_request_experts) + " experts (--max-request-experts): at least " +
+                       std::to_string(longest_request));
     if (f.key.empty() && !f.insecure && !LocalOnly(f.bind))
       throw UsageError(f.bind + " is reachable from other machines: pass --key and --allow (CURVE), or --insecure");
     BufferPool pool(kReadAlign, 64, static_cast<uint64_t>(f.buffer_mib) << 20);  // before the context: destroyed after it
