@@ -6,6 +6,12 @@
 //     --experts N                     one ExpertRequest naming N experts of the first MoE layer
 //     --requests N [--connections C]  N one-expert requests as fast as they go, over C sockets
 //                                     with the same key, replies read only afterwards
+//     --hold H --requests N          first one more connection with the same key asks for H experts,
+//                                     one every 0.2 ms, and never reads (tiny receive buffer: once
+//                                     the kernel's buffers are full the answers stay queued at the
+//                                     server, and the key's in-flight count stays at its limit),
+//                                     then N requests as above (--hold-client-key: the holding
+//                                     connection uses that key instead)
 //   --first-moe-layer L, --num-experts E   which experts exist (the model's config)
 //   --seconds S                      how long to collect replies (default 5)
 //
@@ -21,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/ipc/curve.h"
@@ -43,13 +50,15 @@ std::string JsonString(const std::string& s) {
 
 int main(int argc, char** argv) {
   namespace x = k3::ipc::experts;
-  std::string endpoint, server_key, client_key;
-  int huge = 0, frame_mib = 256, experts = 0, requests = 0, connections = 1, first_layer = 0, num_experts = 1;
+  std::string endpoint, server_key, client_key, hold_client_key;
+  int hold = 0, huge = 0, frame_mib = 256, experts = 0, requests = 0, connections = 1, first_layer = 0, num_experts = 1;
   double seconds = 5;
   CLI::App app{"expert_server_flood: junk and floods for k3-expert-server"};
   app.add_option("--endpoint", endpoint)->required();
   app.add_option("--server-key", server_key);
   app.add_option("--client-key", client_key);
+  app.add_option("--hold", hold);
+  app.add_option("--hold-client-key", hold_client_key);
   app.add_option("--huge-frames", huge);
   app.add_option("--frame-mib", frame_mib);
   app.add_option("--experts", experts);
@@ -73,6 +82,24 @@ int main(int argc, char** argv) {
     socks.push_back(std::move(s));
   }
   uint64_t sent = 0;
+  zmq::socket_t holder(ctx, zmq::socket_type::dealer);
+  if (hold > 0) {
+    holder.set(zmq::sockopt::linger, 0);
+    holder.set(zmq::sockopt::rcvbuf, 4096);
+    holder.set(zmq::sockopt::rcvhwm, 1);
+    if (!hold_client_key.empty()) {
+      k3::ipc::ApplyClientKeys(holder, k3::ipc::ReadClientKeys(hold_client_key, server_key));
+    } else if (keys) {
+      k3::ipc::ApplyClientKeys(holder, *keys);
+    }
+    holder.connect(endpoint);
+    for (int i = 0; i < hold; ++i) {
+      x::ExpertRequest r{static_cast<uint64_t>(1000000 + i), first_layer, {i % num_experts}, x::Priority::kDemand};
+      k3::ipc::SendMessage(holder, k3::ipc::Encode(r));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all served or refused first
+  }
   if (huge > 0) {
     for (int i = 0; i < huge; ++i) {
       zmq::message_t big(static_cast<size_t>(frame_mib) << 20);

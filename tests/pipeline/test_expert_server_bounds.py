@@ -51,7 +51,7 @@ class ExpertServerBoundsTest(unittest.TestCase):
         cls.base = tp.PipelineTest
         cls.extra = tre.RemoteExpertsTest.extra
         cls.tmp = tempfile.mkdtemp(prefix="k3-bounds-test-")
-        for name in ("server", "client"):
+        for name in ("server", "client", "other"):
             r = subprocess.run([os.path.join(tp.BIN, "k3-expert-server"), "keygen", os.path.join(cls.tmp, name)],
                                capture_output=True, text=True, timeout=60)
             assert r.returncode == 0, r.stderr
@@ -60,6 +60,44 @@ class ExpertServerBoundsTest(unittest.TestCase):
         cfg = cfg.get("text_config", cfg)
         cls.first_moe = cfg["first_k_dense_replace"]
         cls.num_experts = cfg["num_experts"]
+
+    def start_server(self, port, *extra):
+        allowed = os.path.join(self.tmp, "allowed")
+        os.makedirs(allowed, exist_ok=True)
+        for name in ("client", "other"):
+            with open(os.path.join(self.tmp, name)) as src, open(os.path.join(allowed, name), "w") as dst:
+                dst.write(src.read())
+        p = subprocess.Popen(
+            [os.path.join(tp.BIN, "k3-expert-server"), "--model", tp.MODEL, "--bind", "tcp://127.0.0.1:%d" % port,
+             "--key", os.path.join(self.tmp, "server_secret"), "--allow", allowed] + [str(a) for a in extra],
+            stderr=subprocess.PIPE, text=True)
+        self.assertIn("serving on", p.stderr.readline())
+        return p
+
+    def stop_server(self, p):
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=tp.TIMEOUT)
+        self.assertEqual(p.returncode, 5, err)
+        return [l for l in err.splitlines() if l.startswith("[expert-server] stats:")][0]
+
+    def test_inflight_limit_counts_per_key(self):
+        # A connection that never reads keeps its key at --client-inflight (its answers stay
+        # queued at the server): a second connection with the same key is refused every expert,
+        # one with another allowed key is served, and after the holder leaves the key is served again.
+        port = free_port()
+        server = self.start_server(port, "--client-inflight", 16)
+        try:
+            same = self.flood(port, "--hold", 3000, "--requests", 16, seconds=5)
+            self.assertEqual(same["failed"], {"5": 16}, same)
+            self.assertIn("the server's limit is 16 (--client-inflight)", same["details"][0])
+            other = self.flood(port, "--hold", 3000, "--hold-client-key", os.path.join(self.tmp, "other_secret"),
+                               "--requests", 16, seconds=5)
+            self.assertEqual((other["bytes"], other["failed"]), (16, {}), other)
+            after = self.flood(port, "--requests", 16, seconds=5)
+            self.assertEqual((after["bytes"], after["failed"]), (16, {}), after)
+        finally:
+            stats = self.stop_server(server)
+        self.assertIn(" 0 failed", stats)
 
     def flood(self, port, *args, seconds=5):
         r = subprocess.run([FLOOD, "--endpoint", "tcp://127.0.0.1:%d" % port,
