@@ -9,7 +9,8 @@ from one key over two connections without reading (ExpertFailed NoSlot naming
 /proc) must stay under the documented bound: RSS once serving + --buffer-mib + connections x
 --receive-hwm x --max-message-bytes + 32 MiB. Afterwards a legit k3-launch with an allowed key
 still gets the standalone ids. Before the limits, the first flood alone took the server past
-256 MiB. Environment: K3_TESTDATA, K3_BIN, K3_SERVER_FLOOD (the flood tool).
+256 MiB. And the in-flight limit counts per CURVE key: a connection that never reads holds its
+key at the limit, so a second connection with that key is refused while another key is served. Environment: K3_TESTDATA, K3_BIN, K3_SERVER_FLOOD (the flood tool).
 """
 import json
 import os
