@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/ipc/curve.h"
 #include "common/id_list.h"
 #include "common/version.h"
 
@@ -73,6 +74,20 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "threads") opt.threads = small_int();
     else if (k == "expert_inputs") opt.expert_inputs = str();
     else if (k == "expert_server") opt.expert_server = str();
+    else if (k == "client_key") opt.client_key = ResolvePath(base_dir, str());
+    else if (k == "expert_server_key") {
+      opt.expert_server_key.clear();
+      if (node.is_string()) {
+        opt.expert_server_key.push_back(ResolvePath(base_dir, str()));
+      } else if (const toml::array* arr = node.as_array()) {
+        for (const toml::node& e : *arr) {
+          if (!e.is_string()) throw bad("a certificate path or a list of them");
+          opt.expert_server_key.push_back(ResolvePath(base_dir, std::string(*e.value<std::string>())));
+        }
+      } else {
+        throw bad("a certificate path or a list of them");
+      }
+    }
     else if (k == "inflight") opt.inflight = small_int();
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
     else if (k == "full_recompute") {
@@ -131,6 +146,10 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
   app.add_option("--expert-server", cli.expert_server,
                  "read routed experts from the k3-expert-server at this endpoint (tcp://HOST:PORT)");
+  app.add_option("--expert-server-key", cli.expert_server_key,
+                 "the expert server's public certificate (CURVE); one for all servers, or repeated in "
+                 "--expert-server order");
+  app.add_option("--client-key", cli.client_key, "this client's NAME_secret certificate for the expert servers (CURVE)");
   bool no_hints = false;
   app.add_flag("--no-prefetch-hints", no_hints, "do not send next-layer expert guesses to the fetcher");
   app.add_flag("--probe-membw", cli.probe_membw,
@@ -171,6 +190,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--inflight")) opt.inflight = cli.inflight;
   if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
   if (given("--expert-server")) opt.expert_server = cli.expert_server;
+  if (given("--expert-server-key")) opt.expert_server_key = cli.expert_server_key;
+  if (given("--client-key")) opt.client_key = cli.client_key;
   if (given("--stop-ids")) {
     opt.stop_ids.clear();
     for (int64_t id : k3::ParseIdList(stop_ids, "--stop-ids", int64_t{INT32_MAX} + 1))
@@ -201,6 +222,15 @@ void CheckOptions(const LaunchOptions& opt) {
     throw UsageError("--expert-inputs: '" + opt.expert_inputs + "' is not f32 or bf16");
   if (!opt.expert_server.empty() && opt.expert_server.find("://") == std::string::npos)
     throw UsageError("expert_server: '" + opt.expert_server + "' is not an endpoint like tcp://HOST:PORT");
+  if (!opt.expert_server_key.empty() || !opt.client_key.empty()) {
+    if (opt.expert_server.empty()) throw UsageError("--expert-server-key / --client-key need --expert-server");
+    if (opt.client_key.empty()) throw UsageError("--expert-server-key needs --client-key (this client's NAME_secret)");
+    if (opt.expert_server_key.empty())
+      throw UsageError("--client-key needs --expert-server-key (the server's public certificate)");
+    if (opt.expert_server_key.size() != 1)
+      throw UsageError("--expert-server-key: give one certificate for all servers, or one per --expert-server");
+    for (const std::string& cert : opt.expert_server_key) (void)ipc::ReadClientKeys(opt.client_key, cert);  // exit 7
+  }
   if (!(opt.expert_server_timeout >= 0.1 && opt.expert_server_timeout <= 86400))
     throw UsageError("expert_server_timeout must be between 0.1 and 86400 seconds");
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")

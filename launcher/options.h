@@ -28,6 +28,10 @@ struct LaunchOptions {
   bool prefetch_hints = true;  // compute guesses each next layer's experts for the fetcher
   std::string expert_server;   // k3-expert-server endpoint (tcp://HOST:PORT): experts read there
   double expert_server_timeout = 60;  // seconds without an answer before a remote read fails
+  // CURVE (docs/pipeline.md "Remote expert server"): the servers' public certificates (one for
+  // all servers, or one per server in --expert-server order) and this client's NAME_secret.
+  std::vector<std::string> expert_server_key;
+  std::string client_key;
   std::string out, dump_logits;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these (Generate.stop_ids)
   bool quiet = false;             // only errors and the final summary on stderr

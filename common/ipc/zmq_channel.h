@@ -49,6 +49,7 @@ struct Received {
   std::string identity;
   Msg message;
   zmq::message_t bulk_frame;  // empty when the message had none; kept as received (no copy)
+  std::string user_id;        // ROUTER with CURVE: the sender's Z85 public key (ZAP user id)
   std::span<const uint8_t> bulk() const {
     return {static_cast<const uint8_t*>(bulk_frame.data()), bulk_frame.size()};
   }
@@ -58,6 +59,7 @@ struct Received {
 struct RawMessage {
   std::string identity;
   std::vector<zmq::message_t> frames;
+  std::string user_id;  // ROUTER only: the "User-Id" property (ZAP), empty without one
 };
 // Receives all parts of one message without blocking; nullopt if none is waiting.
 std::optional<RawMessage> RecvRaw(zmq::socket_t& s, bool router);
@@ -94,7 +96,7 @@ std::optional<Received<Msg>> ReceiveVerified(zmq::socket_t& s, bool router,
       rejects.last_reason = r.error();
       continue;
     }
-    Received<Msg> out{std::move(raw->identity), std::move(r).value(), {}};
+    Received<Msg> out{std::move(raw->identity), std::move(r).value(), {}, std::move(raw->user_id)};
     if (f.size() == 3) out.bulk_frame = std::move(f[2]);
     return out;
   }

@@ -42,6 +42,7 @@ struct Flags : WeightServiceFlags {
   bool warm = false;  // read every expert ahead (the plan gave every expert a slot)
   std::string remote;            // k3-expert-server endpoint: experts come from there, not the shards
   double remote_timeout = 60;    // seconds without an answer before a remote read fails
+  std::string remote_server_key, remote_client_key;  // CURVE: server's public cert, our NAME_secret
 };
 
 struct Waiter {
@@ -80,7 +81,10 @@ class ExpertFetcher {
     if (!f_.remote.empty()) {
       // Re-send well before giving up, but not so often that a busy server reads twice.
       const auto give_up = std::chrono::milliseconds(static_cast<int64_t>(f_.remote_timeout * 1000));
-      remote_.emplace(ctx_, f_.remote, f_.inflight, std::min(std::chrono::milliseconds(5000), give_up / 4), give_up);
+      std::optional<ipc::CurveClientKeys> curve;
+      if (!f_.remote_client_key.empty()) curve = ipc::ReadClientKeys(f_.remote_client_key, f_.remote_server_key);
+      remote_.emplace(ctx_, f_.remote, f_.inflight, std::min(std::chrono::milliseconds(5000), give_up / 4), give_up,
+                      curve);
       std::fprintf(stderr, "[expert-fetcher] routed experts come from the expert server at %s\n", f_.remote.c_str());
     }
     if (f_.warm) QueueWarmUp();
@@ -344,6 +348,10 @@ int Main(int argc, char** argv) {
   app.add_option("--remote", f.remote, "read experts from the k3-expert-server at this endpoint (tcp://HOST:PORT)");
   app.add_option("--remote-timeout", f.remote_timeout, "seconds without an answer before a remote read fails")
       ->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--remote-server-key", f.remote_server_key, "the expert server's public certificate (CURVE)");
+  app.add_option("--remote-client-key", f.remote_client_key, "this client's NAME_secret certificate (CURVE)")
+      ->needs(app.get_option("--remote-server-key"));
+  app.get_option("--remote-server-key")->needs(app.get_option("--remote-client-key"));
   return RunWeightService<ExpertFetcher>(app, argc, argv, f, "k3-expert-fetcher", kService);
 }
 

@@ -12,17 +12,25 @@ namespace k3::svc {
 namespace x = ipc::experts;
 
 RemoteReads::RemoteReads(zmq::context_t& ctx, const std::string& endpoint, int in_flight,
-                         std::chrono::milliseconds resend, std::chrono::milliseconds give_up)
+                         std::chrono::milliseconds resend, std::chrono::milliseconds give_up,
+                         const std::optional<ipc::CurveClientKeys>& curve)
     : endpoint_(endpoint),
       sock_(ctx, zmq::socket_type::dealer),
       in_flight_(static_cast<size_t>(std::max(1, in_flight))),
       resend_(resend),
       give_up_(give_up) {
   sock_.set(zmq::sockopt::linger, 0);
+  sock_.set(zmq::sockopt::sndtimeo, 2000);  // never hang on a connection closed just now
+  if (curve) ipc::ApplyClientKeys(sock_, *curve);
+  watch_.emplace(ctx, sock_, endpoint, curve.has_value());
   sock_.connect(endpoint);
 }
 
 void RemoteReads::Send(uint64_t id, const Read& r) {
+  // A server that refused the handshake leaves no connection to queue on, and a send would
+  // block: send only when ZeroMQ can take the request (else it goes again after `resend`).
+  zmq::pollitem_t out{sock_.handle(), 0, ZMQ_POLLOUT, 0};
+  if (ipc::Poll(&out, 1, std::chrono::milliseconds(0)) <= 0) return;
   ipc::SendMessage(sock_, ipc::Encode(x::ExpertRequest{id, r.layer, {r.expert}, x::Priority::kDemand}));
 }
 
@@ -45,6 +53,14 @@ void RemoteReads::SendWaiting() {
 std::vector<ReadDone> RemoteReads::TakeCompleted() {
   // Error texts leave out the layer and expert: the fetcher's ExpertFailed carries them.
   std::vector<ReadDone> done;
+  if (!refused_) refused_ = watch_->Poll();
+  if (refused_) {  // nothing will ever come: fail every read now, with the reason
+    for (const auto& kv : pending_) done.push_back({kv.second.tag, 0, *refused_});
+    for (const Read& r : waiting_) done.push_back({r.tag, 0, *refused_});
+    pending_.clear();
+    waiting_.clear();
+    return done;
+  }
   while (auto m = ipc::ReceiveVerified(sock_, false, ipc::DecodeExperts, ipc::Clock::now(), rejects_)) {
     if (const auto* h = std::get_if<x::ExpertBytes>(&m->message)) {
       auto it = pending_.find(h->request_id);

@@ -5,7 +5,8 @@
 // the read fails with a one-line error (the fetcher then reports ReadFailed to compute, which
 // ends the run). At most `in_flight` experts are asked for at a time (the rest wait here), so
 // the frames received but not yet copied stay within the plan's `remote-frames` region. Used
-// from the fetcher's loop thread only.
+// from the fetcher's loop thread only. With CURVE keys (common/ipc/curve.h) a HandshakeWatch
+// sees a refused key at once: every read then fails with its reason instead of timing out.
 #pragma once
 #include <zmq.hpp>
 
@@ -13,9 +14,11 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/ipc/curve.h"
 #include "common/ipc/zmq_channel.h"
 #include "common/service/read_worker.h"
 
@@ -25,7 +28,8 @@ class RemoteReads {
  public:
   RemoteReads(zmq::context_t& ctx, const std::string& endpoint, int in_flight = 4,
               std::chrono::milliseconds resend = std::chrono::milliseconds(2000),
-              std::chrono::milliseconds give_up = std::chrono::milliseconds(30000));
+              std::chrono::milliseconds give_up = std::chrono::milliseconds(30000),
+              const std::optional<ipc::CurveClientKeys>& curve = std::nullopt);
   zmq::socket_t& socket() { return sock_; }
   // Asks for expert (layer, expert); its `length` bytes go to `dst`; `tag` comes back in ReadDone.
   void Submit(uint64_t tag, int layer, int expert, uint8_t* dst, uint64_t length);
@@ -48,6 +52,8 @@ class RemoteReads {
 
   std::string endpoint_;
   zmq::socket_t sock_;
+  std::optional<ipc::HandshakeWatch> watch_;  // after sock_: destroyed before it
+  std::optional<std::string> refused_;        // the server refused this client: why
   size_t in_flight_;
   std::chrono::milliseconds resend_, give_up_;
   std::map<uint64_t, Read> pending_;  // asked for, by request id
