@@ -342,8 +342,11 @@ std::optional<std::string> HandshakeWatch::Poll() {
       case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
       case ZMQ_EVENT_DISCONNECTED:
         if (connected_ && ++closed_in_handshake_ >= 3 && curve_)
-          refused_ = who + " closed 3 connections during the CURVE handshake: is --expert-server-key that "
-                           "server's public certificate, and is this client's key allowed there?";
+          // libzmq does not always report the mechanism mismatch before the connection drops,
+          // so this line names every cause a CURVE client cannot tell apart.
+          refused_ = who + " closed 3 connections during the CURVE handshake: it does not use CURVE keys, "
+                           "or --expert-server-key is not its public certificate, or this client's key is "
+                           "not allowed there";
         connected_ = false;
         break;
       default:
