@@ -54,7 +54,8 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
   if (!opt.expert_server.empty()) {
     char timeout[32];
     std::snprintf(timeout, sizeof timeout, "%g", opt.expert_server_timeout);
-    x.insert(x.end(), {"--remote", opt.expert_server, "--remote-timeout", timeout});
+    for (const std::string& server : opt.expert_server) x.insert(x.end(), {"--remote", server});
+    x.insert(x.end(), {"--remote-timeout", timeout});
   }
   // Every expert has a slot: the fetcher reads them all ahead (nothing is ever evicted).
   if (AllExpertsResident(m, p)) x.push_back("--warm");

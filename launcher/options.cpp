@@ -72,7 +72,19 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "ring_slots") opt.ring_slots = small_int();
     else if (k == "threads") opt.threads = small_int();
     else if (k == "expert_inputs") opt.expert_inputs = str();
-    else if (k == "expert_server") opt.expert_server = str();
+    else if (k == "expert_server") {  // one endpoint, or a list of them
+      opt.expert_server.clear();
+      if (const toml::array* arr = node.as_array()) {
+        for (const toml::node& e : *arr) {
+          if (!e.is_string()) throw bad("an endpoint string or a list of them");
+          opt.expert_server.push_back(std::string(*e.value<std::string>()));
+        }
+      } else if (node.is_string()) {
+        opt.expert_server.push_back(str());
+      } else {
+        throw bad("an endpoint string or a list of them");
+      }
+    } else if (k == "expert_slots") opt.expert_slots = integer();
     else if (k == "inflight") opt.inflight = small_int();
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
     else if (k == "full_recompute") {
@@ -130,7 +142,10 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
   app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
   app.add_option("--expert-server", cli.expert_server,
-                 "read routed experts from the k3-expert-server at this endpoint (tcp://HOST:PORT)");
+                 "read routed experts from the k3-expert-server at this endpoint (tcp://HOST:PORT); repeat for "
+                 "several servers (TOML: a string or a list)");
+  app.add_option("--expert-slots", cli.expert_slots,
+                 "cap the expert slots below what the budget allows (experiments: force misses on small models)");
   bool no_hints = false;
   app.add_flag("--no-prefetch-hints", no_hints, "do not send next-layer expert guesses to the fetcher");
   app.add_flag("--probe-membw", cli.probe_membw,
@@ -171,6 +186,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--inflight")) opt.inflight = cli.inflight;
   if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
   if (given("--expert-server")) opt.expert_server = cli.expert_server;
+  if (given("--expert-slots")) opt.expert_slots = cli.expert_slots;
   if (given("--stop-ids")) {
     opt.stop_ids.clear();
     for (int64_t id : k3::ParseIdList(stop_ids, "--stop-ids", int64_t{INT32_MAX} + 1))
@@ -199,8 +215,18 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
   if (opt.expert_inputs != "f32" && opt.expert_inputs != "bf16")
     throw UsageError("--expert-inputs: '" + opt.expert_inputs + "' is not f32 or bf16");
-  if (!opt.expert_server.empty() && opt.expert_server.find("://") == std::string::npos)
-    throw UsageError("expert_server: '" + opt.expert_server + "' is not an endpoint like tcp://HOST:PORT");
+  for (size_t i = 0; i < opt.expert_server.size(); ++i) {
+    const std::string& ep = opt.expert_server[i];
+    if (ep.find("://") == std::string::npos)
+      throw UsageError("expert_server: '" + ep + "' is not an endpoint like tcp://HOST:PORT");
+    for (size_t j = 0; j < i; ++j)
+      if (opt.expert_server[j] == ep) throw UsageError("expert_server: '" + ep + "' is given twice");
+  }
+  if (opt.expert_server.size() > kMaxExpertServers)
+    throw UsageError("expert_server: at most " + std::to_string(kMaxExpertServers) + " servers, not " +
+                     std::to_string(opt.expert_server.size()));
+  if (opt.expert_slots != -1 && opt.expert_slots < 1)
+    throw UsageError("--expert-slots must be a positive number of slots");
   if (!(opt.expert_server_timeout >= 0.1 && opt.expert_server_timeout <= 86400))
     throw UsageError("expert_server_timeout must be between 0.1 and 86400 seconds");
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
