@@ -1,6 +1,7 @@
 #include "services/expert_fetcher/remote_reads.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <variant>
@@ -109,7 +110,8 @@ void RemoteReads::SendWaiting(std::vector<ReadDone>& done) {
   const size_t n = servers_.size();
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Read& r = *it;
-    // Its home when that has room, else the live untried server with the most room.
+    // The live untried server with the fewest reads out and room for one more, its home
+    // among equals: the queues stay level, so every link is busy while reads wait.
     const size_t home = HomeServer(r.layer, r.expert, n);
     size_t pick = n, untried = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -117,11 +119,8 @@ void RemoteReads::SendWaiting(std::vector<ReadDone>& done) {
       if (s.st.dropped || (r.tried >> i & 1)) continue;
       ++untried;
       if (s.pending.size() >= in_flight_) continue;
-      if (i == home) {
-        pick = i;
-        break;
-      }
-      if (pick == n || s.pending.size() < servers_[pick].pending.size()) pick = i;
+      const size_t best = pick == n ? SIZE_MAX : servers_[pick].pending.size();
+      if (s.pending.size() < best || (s.pending.size() == best && i == home)) pick = i;
     }
     if (untried == 0) {  // every live server failed this read
       done.push_back({r.tag, 0, r.error, r.corrupt});

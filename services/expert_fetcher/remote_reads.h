@@ -3,9 +3,10 @@
 // plus a bulk frame whose length and XXH3 are checked before the bytes go into the slot.
 //
 // Several servers (docs/pipeline.md "Several expert servers"): every expert has a home server,
-// HomeServer(layer, expert, n), and the others as fallbacks. A read goes to its home while the
-// home has fewer than `in_flight` reads out, else to the live server with the most room, so
-// that reads spread over every server and their bandwidths add up. A server that has reads out
+// HomeServer(layer, expert, n), and the others as fallbacks. A read goes to the live server
+// with the fewest reads out (and fewer than `in_flight`), its home when the home is among
+// them: idle servers all answer their home's experts, and a burst of misses spreads evenly
+// over every server, so that their bandwidths add up. A server that has reads out
 // and sends nothing for `drop_after` is dropped for the rest of the run: its reads go to the
 // others, unchanged. An error reply or bytes that fail their check send that read to a server
 // it has not tried yet. The last live server is never dropped: as with a single server, a
