@@ -138,7 +138,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--stop-ids", stop_ids,
                  "token ids that end generation after being emitted, comma separated (TOML: stop_ids = [..])");
   app.add_flag("--quiet", cli.quiet, "stderr: only errors and the final summary (no progress or service lines)");
-  app.add_option("--inflight", cli.inflight, "reads in flight per reader service (default 4)");
+  app.add_option("--inflight", cli.inflight, "reads in flight per reader service and per expert server (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
   app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
   app.add_option("--expert-server", cli.expert_server,
