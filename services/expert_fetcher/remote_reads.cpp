@@ -232,8 +232,13 @@ std::vector<ReadDone> RemoteReads::TakeCompleted() {
     }
     for (auto it = s.pending.begin(); it != s.pending.end();) {
       Read& r = it->second;
-      if (now - r.first >= give_up_) {  // only the last live server gets here (drop_after < give_up)
-        done.push_back({r.tag, 0, GiveUpMessage(i)});
+      if (now - r.first >= give_up_) {  // a server that answers others but never this one
+        if (Alive() > 1) {
+          Retry(i, std::move(r), "expert server " + s.st.endpoint + " did not answer within " + SecondsText(give_up_) + " s",
+                false);
+        } else {
+          done.push_back({r.tag, 0, GiveUpMessage(i)});
+        }
         it = s.pending.erase(it);
         continue;
       }

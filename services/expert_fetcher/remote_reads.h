@@ -8,8 +8,9 @@
 // them: idle servers all answer their home's experts, and a burst of misses spreads evenly
 // over every server, so that their bandwidths add up. A server that has reads out
 // and sends nothing for `drop_after` is dropped for the rest of the run: its reads go to the
-// others, unchanged. An error reply or bytes that fail their check send that read to a server
-// it has not tried yet. The last live server is never dropped: as with a single server, a
+// others, unchanged. An error reply, bytes that fail their check, or no answer to one read
+// within `give_up` (from a server that answers others) send that read to a server it has not
+// tried yet. The last live server is never dropped: as with a single server, a
 // request without an answer is sent again every `resend`, and after `give_up` the read fails
 // with one line naming every server (the fetcher then reports ReadFailed to compute, which
 // ends the run). At most `in_flight` experts per server are asked for at a time (the rest wait
@@ -86,9 +87,10 @@ class RemoteReads {
     bool busy = false;
     RemoteServerStats st;
   };
-  // The one place a server's socket is made and connected.
+  // The one place a server's socket is made and connected (socket options such as keys go here).
   zmq::socket_t Connect(zmq::context_t& ctx, const std::string& endpoint);
-  // The one place a server's checked bytes for a read are handed on (into the slot).
+  // The one place a read's bytes, which passed the length and XXH3 check, are handed on into
+  // the slot; `s.st.endpoint` names where they came from (checks of the bytes go here).
   ReadDone Deliver(Server& s, const Read& r, std::span<const uint8_t> bytes);
   void Send(size_t server, uint64_t id, const Read& r);
   void SendWaiting(std::vector<ReadDone>& done);  // asks for waiting reads where a server has room

@@ -196,6 +196,27 @@ TEST_F(RemoteServersTest, ErrorReplyGoesToAnotherServer) {
   EXPECT_FALSE(r.stats()[0].dropped) << "an error reply is an answer, not silence";
 }
 
+TEST_F(RemoteServersTest, ReadUnansweredPastTheTimeoutGoesElsewhere) {
+  svc::RemoteReads r = Reads(4, 10000ms, 300ms);  // drop later than give up: only this read moves
+  const int e = HomedAt(0, 1)[0];
+  r.Submit(1, 1, e, Slot(0), bytes_.size());
+  ASSERT_EQ(Requests(0, 50ms).size(), 1u);  // never answered
+  std::vector<svc::ReadDone> done;
+  const auto deadline = ipc::Clock::now() + 3s;
+  while (done.empty() && ipc::Clock::now() < deadline) {
+    for (auto& d : r.TakeCompleted()) done.push_back(std::move(d));
+    for (int s = 1; s < 3; ++s)
+      for (auto& q : Requests(s, 5ms)) Answer(s, q);
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].error, "");
+  EXPECT_TRUE(std::equal(bytes_.begin(), bytes_.end(), Slot(0)));
+  const auto st = r.stats();
+  EXPECT_EQ(st[0].failures, 1u);
+  EXPECT_FALSE(st[0].dropped);
+  EXPECT_EQ(st[1].experts + st[2].experts, 1u);
+}
+
 TEST_F(RemoteServersTest, NoServerLeftFailsNamingThemAll) {
   svc::RemoteReads r = Reads(4, 100ms, 600ms);
   r.Submit(3, 1, 0, Slot(0), bytes_.size());
