@@ -64,6 +64,21 @@ class RemoteServersTest : public ::testing::Test {
     }
     return done;
   }
+  // Takes completions until `n` arrived (or 3 s passed) while servers [first, last] answer every
+  // request they get (each a layer-1 expert).
+  std::vector<svc::ReadDone> Serve(svc::RemoteReads& r, size_t n, int first, int last) {
+    std::vector<svc::ReadDone> done;
+    const auto deadline = ipc::Clock::now() + 3s;
+    while (done.size() < n && ipc::Clock::now() < deadline) {
+      for (auto& d : r.TakeCompleted()) done.push_back(std::move(d));
+      for (int s = first; s <= last; ++s)
+        for (auto& q : Requests(s, 5ms)) {
+          EXPECT_EQ(std::get<x::ExpertRequest>(q.message).layer, 1);
+          Answer(s, q);
+        }
+    }
+    return done;
+  }
   // Experts of layer 1 whose home among 3 servers is `home`.
   static std::vector<int> HomedAt(size_t home, size_t count) {
     std::vector<int> out;
@@ -122,13 +137,7 @@ TEST_F(RemoteServersTest, ReadsGoHomeThenSpreadEvenly) {
   for (int s = 0; s < 3; ++s) EXPECT_TRUE(Requests(s, 50ms).empty()) << "more than 2 reads out at server " << s;
   for (int s = 0; s < 3; ++s)
     for (auto& q : at[static_cast<size_t>(s)]) Answer(s, q);
-  std::vector<svc::ReadDone> done;
-  const auto deadline = ipc::Clock::now() + 3s;
-  while (done.size() < 7 && ipc::Clock::now() < deadline) {
-    for (auto& d : r.TakeCompleted()) done.push_back(std::move(d));
-    for (int s = 0; s < 3; ++s)
-      for (auto& q : Requests(s, 5ms)) Answer(s, q);
-  }
+  const auto done = Serve(r, 7, 0, 2);
   ASSERT_EQ(done.size(), 7u);
   for (const auto& d : done) EXPECT_EQ(d.error, "");
   for (int i = 0; i < 8; ++i) EXPECT_TRUE(std::equal(bytes_.begin(), bytes_.end(), Slot(i))) << i;
@@ -149,17 +158,7 @@ TEST_F(RemoteServersTest, SilentServerIsDroppedAndItsReadsMove) {
   for (int i = 0; i < 3; ++i) r.Submit(static_cast<uint64_t>(i), 1, e[static_cast<size_t>(i)], Slot(i), bytes_.size());
   const size_t at2 = Requests(2, 50ms).size();  // server 2 never answers
   ASSERT_GE(at2, 1u);
-  std::vector<svc::ReadDone> done;
-  const auto deadline = ipc::Clock::now() + 3s;
-  while (done.size() < 3 && ipc::Clock::now() < deadline) {
-    for (auto& d : r.TakeCompleted()) done.push_back(std::move(d));
-    for (int s = 0; s < 2; ++s)
-      for (auto& q : Requests(s, 10ms)) {
-        const auto& rq = std::get<x::ExpertRequest>(q.message);
-        EXPECT_EQ(rq.layer, 1);
-        Answer(s, q);
-      }
-  }
+  const auto done = Serve(r, 3, 0, 1);
   ASSERT_EQ(done.size(), 3u);
   for (const auto& d : done) EXPECT_EQ(d.error, "");
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(std::equal(bytes_.begin(), bytes_.end(), Slot(i)));
@@ -183,13 +182,7 @@ TEST_F(RemoteServersTest, ErrorReplyGoesToAnotherServer) {
   const auto& q = std::get<x::ExpertRequest>(at0[0].message);
   ipc::SendMessage(servers_[0], ipc::Encode(x::ExpertFailed{q.request_id, 1, e, x::Error::kReadFailed, "disk on fire"}),
                    {}, at0[0].identity);
-  std::vector<svc::ReadDone> done;
-  const auto deadline = ipc::Clock::now() + 3s;
-  while (done.empty() && ipc::Clock::now() < deadline) {
-    for (auto& d : r.TakeCompleted()) done.push_back(std::move(d));
-    for (int s = 1; s < 3; ++s)
-      for (auto& rq : Requests(s, 10ms)) Answer(s, rq);
-  }
+  const auto done = Serve(r, 1, 1, 2);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].error, "");
   EXPECT_EQ(r.stats()[0].failures, 1u);
@@ -201,13 +194,7 @@ TEST_F(RemoteServersTest, ReadUnansweredPastTheTimeoutGoesElsewhere) {
   const int e = HomedAt(0, 1)[0];
   r.Submit(1, 1, e, Slot(0), bytes_.size());
   ASSERT_EQ(Requests(0, 50ms).size(), 1u);  // never answered
-  std::vector<svc::ReadDone> done;
-  const auto deadline = ipc::Clock::now() + 3s;
-  while (done.empty() && ipc::Clock::now() < deadline) {
-    for (auto& d : r.TakeCompleted()) done.push_back(std::move(d));
-    for (int s = 1; s < 3; ++s)
-      for (auto& q : Requests(s, 5ms)) Answer(s, q);
-  }
+  const auto done = Serve(r, 1, 1, 2);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].error, "");
   EXPECT_TRUE(std::equal(bytes_.begin(), bytes_.end(), Slot(0)));
