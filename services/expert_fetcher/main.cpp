@@ -92,6 +92,9 @@ class ExpertFetcher {
       std::fprintf(stderr, "[expert-fetcher] routed experts come from the expert server%s at %s\n",
                    f_.remote.size() > 1 ? "s" : "", eps.c_str());
     }
+    polled_ = {*router_, worker_->notifier()};
+    if (remote_)
+      for (zmq::socket_ref s : remote_->sockets()) polled_.push_back(s);
     if (f_.warm) QueueWarmUp();
   }
 
@@ -116,10 +119,7 @@ class ExpertFetcher {
 
   void Serve() {
     for (;;) {
-      std::vector<zmq::socket_ref> socks = {*router_, worker_->notifier()};
-      if (remote_)
-        for (zmq::socket_ref s : remote_->sockets()) socks.push_back(s);
-      const bool awake = WaitForWork(ctl_, socks, std::chrono::milliseconds(100));
+      const bool awake = WaitForWork(ctl_, polled_, std::chrono::milliseconds(100));
       if (!awake) return;
       OnCompletions();
       while (auto m = ipc::ReceiveVerified(*router_, true, ipc::DecodeExperts, Clock::now(), rejects_)) {
@@ -349,6 +349,7 @@ class ExpertFetcher {
   std::optional<ReadWorker> worker_;
   std::optional<RemoteReads> remote_;
   std::optional<zmq::socket_t> router_;
+  std::vector<zmq::socket_ref> polled_;  // compute's requests, local read completions, the servers
   std::map<uint32_t, std::vector<Waiter>> waiters_;
   std::map<uint32_t, bool> demand_fill_;
   std::deque<x::ExpertRequest> prefetch_;  // warm-up reads (--warm)
@@ -371,7 +372,9 @@ int Main(int argc, char** argv) {
   app.add_option("--remote", f.remote,
                  "read experts from the k3-expert-server at this endpoint (tcp://HOST:PORT); repeat for several")
       ->take_all();
-  app.add_option("--remote-timeout", f.remote_timeout, "seconds without an answer before a remote read fails")
+  app.add_option("--remote-timeout", f.remote_timeout,
+                 "seconds without an answer before a remote read fails (a silent server among several "
+                 "is dropped after half of it, at most 10 s)")
       ->check(CLI::Range(0.1, 86400.0));
   return RunWeightService<ExpertFetcher>(app, argc, argv, f, "k3-expert-fetcher", kService);
 }
