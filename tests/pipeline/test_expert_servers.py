@@ -30,6 +30,11 @@ TIMEOUT = 300
 SLOTS = "2"  # the tiny model's top_k: one token's experts, so nearly every expert is read
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def launch_extra(bin_dir):
     """Flags later versions of k3-launch need for a server without a digest manifest."""
     h = subprocess.run([os.path.join(bin_dir, "k3-launch"), "--help"], capture_output=True, text=True).stdout
@@ -128,7 +133,7 @@ class ExpertServersTest(unittest.TestCase):
         with open(err_path, "w") as err_file:
             p = subprocess.Popen(self.args(gen, eps, out_json), stdout=subprocess.PIPE, stderr=err_file, text=True)
             deadline = time.time() + TIMEOUT
-            while "generating" not in open(err_path).read() and time.time() < deadline and p.poll() is None:
+            while "generating" not in read(err_path) and time.time() < deadline and p.poll() is None:
                 time.sleep(0.05)
             for victim in (0, 1):
                 time.sleep(1.0)
@@ -138,7 +143,7 @@ class ExpertServersTest(unittest.TestCase):
             time.sleep(0.5)
             self.assertIsNone(p.poll(), "the run ended before it had to do without two servers: raise gen")
             rc, out, _, report = self.finish(p, out_json)
-        err = open(err_path).read()
+        err = read(err_path)
         self.assertEqual(rc, 0, err[-3000:])
         self.assertEqual([int(x) for x in out.split()], expected)
         servers = report["expert_servers"]
