@@ -54,9 +54,12 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
   if (!opt.expert_server.empty()) {
     char timeout[32];
     std::snprintf(timeout, sizeof timeout, "%g", opt.expert_server_timeout);
-    x.insert(x.end(), {"--remote", opt.expert_server, "--remote-timeout", timeout});
-    if (!opt.client_key.empty())  // CheckOptions: one key per server (one server for now)
-      x.insert(x.end(), {"--remote-server-key", opt.expert_server_key.front(), "--remote-client-key", opt.client_key});
+    for (const std::string& server : opt.expert_server) x.insert(x.end(), {"--remote", server});
+    x.insert(x.end(), {"--remote-timeout", timeout});
+    if (!opt.client_key.empty()) {  // CheckOptions: one server key for all, or one per server
+      for (const std::string& cert : opt.expert_server_key) x.insert(x.end(), {"--remote-server-key", cert});
+      x.insert(x.end(), {"--remote-client-key", opt.client_key});
+    }
   }
   // Every expert has a slot: the fetcher reads them all ahead (nothing is ever evicted).
   if (AllExpertsResident(m, p)) x.push_back("--warm");

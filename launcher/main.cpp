@@ -32,7 +32,10 @@ int Main(int argc, char** argv) {
   po.prefill_chunk = opt.prefill_chunk;
   po.ring_slots = opt.ring_slots;
   po.max_pinned_trunk = opt.max_pinned_trunk;
-  if (!opt.expert_server.empty()) po.remote_expert_frames = opt.inflight;  // the fetcher's bound
+  // The fetcher's bound: --inflight experts per server.
+  po.remote_expert_frames = int64_t{opt.inflight} * static_cast<int64_t>(opt.expert_server.size());
+  po.remote_servers = static_cast<int>(opt.expert_server.size());
+  po.max_expert_slots = opt.expert_slots;
   const plan::MemoryPlan p = plan::MakePlan(m.plan_model, budget, po);
   for (int32_t id : opt.stop_ids)
     if (id >= m.cfg.vocab_size)
@@ -50,15 +53,20 @@ int Main(int argc, char** argv) {
                opt.dry_run ? "dry run" : "run");
   std::fprintf(plan_out, "%s", p.Table().c_str());
   const launch::ArenaSizes a = launch::SizeArenas(m, p);
-  std::fprintf(plan_out, "pinned layers: %zu of %lld; lm_head %s; expert slots %lld\n", p.pinned_layers.size(),
+  std::fprintf(plan_out, "pinned layers: %zu of %lld; lm_head %s; expert slots %lld%s\n", p.pinned_layers.size(),
                static_cast<long long>(m.cfg.num_layers), p.lm_head_resident ? "resident" : "streamed",
-               static_cast<long long>(p.expert_slots));
+               static_cast<long long>(p.expert_slots),
+               p.expert_slots_capped ? (" (capped by --expert-slots " + std::to_string(opt.expert_slots) + ")").c_str() : "");
   std::fprintf(plan_out, "arenas: trunk-pinned %s, trunk-ring %u x %s, embed-window %s, experts %u x %s\n",
                plan::FormatBytes(a.pinned).c_str(), a.ring_slots, plan::FormatBytes(a.ring_slot_bytes).c_str(),
                plan::FormatBytes(a.embed_window).c_str(), a.expert_slots,
                plan::FormatBytes(a.expert_slot_bytes).c_str());
-  if (!opt.expert_server.empty())
-    std::fprintf(plan_out, "routed experts read by the expert server at %s (k3-expert-server)\n", opt.expert_server.c_str());
+  if (!opt.expert_server.empty()) {
+    std::string eps;
+    for (const std::string& ep : opt.expert_server) eps += (eps.empty() ? "" : ", ") + ep;
+    std::fprintf(plan_out, "routed experts read by the expert server%s at %s (k3-expert-server)\n",
+                 opt.expert_server.size() > 1 ? "s" : "", eps.c_str());
+  }
   const char* hints_off = launch::HintsOffReason(opt, m, p);
   std::fprintf(plan_out, "next-layer expert hints: %s%s\n", hints_off ? "off, " : "on", hints_off ? hints_off : "");
   std::fprintf(plan_out, "streamed: embedding %s, lm_head %s\n",

@@ -73,7 +73,19 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "ring_slots") opt.ring_slots = small_int();
     else if (k == "threads") opt.threads = small_int();
     else if (k == "expert_inputs") opt.expert_inputs = str();
-    else if (k == "expert_server") opt.expert_server = str();
+    else if (k == "expert_server") {  // one endpoint, or a list of them
+      opt.expert_server.clear();
+      if (const toml::array* arr = node.as_array()) {
+        for (const toml::node& e : *arr) {
+          if (!e.is_string()) throw bad("an endpoint string or a list of them");
+          opt.expert_server.push_back(std::string(*e.value<std::string>()));
+        }
+      } else if (node.is_string()) {
+        opt.expert_server.push_back(str());
+      } else {
+        throw bad("an endpoint string or a list of them");
+      }
+    } else if (k == "expert_slots") opt.expert_slots = integer();
     else if (k == "client_key") opt.client_key = ResolvePath(base_dir, str());
     else if (k == "expert_server_key") {
       opt.expert_server_key.clear();
@@ -141,13 +153,16 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--stop-ids", stop_ids,
                  "token ids that end generation after being emitted, comma separated (TOML: stop_ids = [..])");
   app.add_flag("--quiet", cli.quiet, "stderr: only errors and the final summary (no progress or service lines)");
-  app.add_option("--inflight", cli.inflight, "reads in flight per reader service (default 4)");
+  app.add_option("--inflight", cli.inflight, "reads in flight per reader service and per expert server (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
   app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
   app.add_option("--expert-server", cli.expert_server,
-                 "read routed experts from the k3-expert-server at this endpoint (tcp://HOST:PORT)");
+                 "read routed experts from the k3-expert-server at this endpoint (tcp://HOST:PORT); repeat for "
+                 "several servers (TOML: a string or a list)");
+  app.add_option("--expert-slots", cli.expert_slots,
+                 "cap the expert slots below what the budget allows (experiments: force misses on small models)");
   app.add_option("--expert-server-key", cli.expert_server_key,
-                 "the expert server's public certificate (CURVE); one for all servers, or repeated in "
+                 "the expert servers' public certificate (CURVE); one for all servers, or repeated in "
                  "--expert-server order");
   app.add_option("--client-key", cli.client_key, "this client's NAME_secret certificate for the expert servers (CURVE)");
   bool no_hints = false;
@@ -192,6 +207,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--expert-server")) opt.expert_server = cli.expert_server;
   if (given("--expert-server-key")) opt.expert_server_key = cli.expert_server_key;
   if (given("--client-key")) opt.client_key = cli.client_key;
+  if (given("--expert-slots")) opt.expert_slots = cli.expert_slots;
   if (given("--stop-ids")) {
     opt.stop_ids.clear();
     for (int64_t id : k3::ParseIdList(stop_ids, "--stop-ids", int64_t{INT32_MAX} + 1))
@@ -220,14 +236,24 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
   if (opt.expert_inputs != "f32" && opt.expert_inputs != "bf16")
     throw UsageError("--expert-inputs: '" + opt.expert_inputs + "' is not f32 or bf16");
-  if (!opt.expert_server.empty() && opt.expert_server.find("://") == std::string::npos)
-    throw UsageError("expert_server: '" + opt.expert_server + "' is not an endpoint like tcp://HOST:PORT");
+  for (size_t i = 0; i < opt.expert_server.size(); ++i) {
+    const std::string& ep = opt.expert_server[i];
+    if (ep.find("://") == std::string::npos)
+      throw UsageError("expert_server: '" + ep + "' is not an endpoint like tcp://HOST:PORT");
+    for (size_t j = 0; j < i; ++j)
+      if (opt.expert_server[j] == ep) throw UsageError("expert_server: '" + ep + "' is given twice");
+  }
+  if (opt.expert_server.size() > kMaxExpertServers)
+    throw UsageError("expert_server: at most " + std::to_string(kMaxExpertServers) + " servers, not " +
+                     std::to_string(opt.expert_server.size()));
+  if (opt.expert_slots != -1 && opt.expert_slots < 1)
+    throw UsageError("--expert-slots must be a positive number of slots");
   if (!opt.expert_server_key.empty() || !opt.client_key.empty()) {
     if (opt.expert_server.empty()) throw UsageError("--expert-server-key / --client-key need --expert-server");
     if (opt.client_key.empty()) throw UsageError("--expert-server-key needs --client-key (this client's NAME_secret)");
     if (opt.expert_server_key.empty())
       throw UsageError("--client-key needs --expert-server-key (the server's public certificate)");
-    if (opt.expert_server_key.size() != 1)
+    if (opt.expert_server_key.size() != 1 && opt.expert_server_key.size() != opt.expert_server.size())
       throw UsageError("--expert-server-key: give one certificate for all servers, or one per --expert-server");
     for (const std::string& cert : opt.expert_server_key) (void)ipc::ReadClientKeys(opt.client_key, cert);  // exit 7
   }

@@ -26,7 +26,8 @@ struct LaunchOptions {
   int64_t max_pinned_trunk = -1;
   bool full_recompute = false;
   bool prefetch_hints = true;  // compute guesses each next layer's experts for the fetcher
-  std::string expert_server;   // k3-expert-server endpoint (tcp://HOST:PORT): experts read there
+  std::vector<std::string> expert_server;  // k3-expert-server endpoints (tcp://HOST:PORT): experts read there
+  int64_t expert_slots = -1;   // cap on the plan's expert slots (experiments: force misses); -1 = none
   double expert_server_timeout = 60;  // seconds without an answer before a remote read fails
   // CURVE (docs/pipeline.md "Remote expert server"): the servers' public certificates (one for
   // all servers, or one per server in --expert-server order) and this client's NAME_secret.
@@ -40,6 +41,9 @@ struct LaunchOptions {
   double ready_timeout = 120;     // seconds to wait for every service's Ready
   double shutdown_timeout = 5;    // seconds between Shutdown and SIGTERM
 };
+
+// The most expert servers a run uses (the fetcher's RemoteReads::kMaxServers).
+inline constexpr size_t kMaxExpertServers = 64;
 
 // The most compute threads k3-launch accepts: 4 x the online CPUs.
 int MaxThreads();

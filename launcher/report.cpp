@@ -89,6 +89,24 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
   r["hint_recall"] = stat("compute", "hint_recall");
   r["prefetch_reads"] = stat("expert-fetcher", "prefetch_reads");
   r["prefetch_used"] = stat("expert-fetcher", "prefetch_used");
+  // Per expert server: the fetcher's server_<i>_* Stats under the endpoint they belong to.
+  if (!rec.expert_servers.empty()) {
+    nlohmann::json servers = nlohmann::json::array();
+    for (size_t i = 0; i < rec.expert_servers.size(); ++i) {
+      const std::string p = "server_" + std::to_string(i) + "_";
+      const double bytes = stat("expert-fetcher", p + "bytes"), secs = stat("expert-fetcher", p + "seconds");
+      servers.push_back({{"endpoint", rec.expert_servers[i]},
+                         {"experts", stat("expert-fetcher", p + "experts")},
+                         {"bytes", bytes},
+                         {"seconds", secs},
+                         {"mb_s", bytes >= 0 && secs > 0 ? bytes / secs / 1e6 : 0.0},
+                         {"failures", stat("expert-fetcher", p + "failures")},
+                         {"resends", stat("expert-fetcher", p + "resends")},
+                         {"moved", stat("expert-fetcher", p + "moved")},
+                         {"dropped", stat("expert-fetcher", p + "dropped") > 0}});
+    }
+    r["expert_servers"] = servers;
+  }
   r["membw_probe_passes"] = stat("compute", "membw_probe_passes");
   r["membw_probe_median_gbs"] = stat("compute", "membw_probe_median_gbs");
   r["median_step_seconds"] = stat("compute", "median_step_seconds");
@@ -124,6 +142,13 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
   if (r.value("prefetch_hints", false))
     out.push_back(Fmt("[launch] next-layer expert hints: recall %.3f, %.0f experts read ahead, %.0f of them then requested",
                       d("hint_recall"), d("prefetch_reads"), d("prefetch_used")));
+  if (r.contains("expert_servers"))
+    for (const auto& s : r["expert_servers"])
+      out.push_back(Fmt("[launch] expert server %s: %.0f experts, %s in %.2f s (%.1f MB/s), %.0f failures%s",
+                        s["endpoint"].get<std::string>().c_str(), s["experts"].get<double>(),
+                        plan::FormatBytes(static_cast<int64_t>(std::max(0.0, s["bytes"].get<double>()))).c_str(),
+                        std::max(0.0, s["seconds"].get<double>()), s["mb_s"].get<double>(),
+                        std::max(0.0, s["failures"].get<double>()), s["dropped"].get<bool>() ? ", dropped" : ""));
   if (d("membw_probe_passes") > 0)
     out.push_back(Fmt("[launch] read-bandwidth probe over the resident weights: median %.1f GB/s; median decode step "
                       "%.4f s (compute's clock, probes excluded)",

@@ -31,6 +31,7 @@ struct RunRecord {
   std::optional<std::string> generated_text;          // when the tokenizer finished decoding
   std::string tokenizer_error;
   std::string expert_inputs;
+  std::vector<std::string> expert_servers;            // --expert-server, in order (the fetcher's server_<i>_*)
   bool prefetch_hints = false;
   bool interrupted = false;                           // stopped by a signal or a closed stdout
   std::string stop_reason;

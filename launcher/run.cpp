@@ -474,6 +474,7 @@ RunRecord Runner::Record(const std::vector<int32_t>& ids, bool interrupted, cons
   if (tok_ && tok_->stream_done()) r.generated_text = tok_->text();
   if (tok_) r.tokenizer_error = tok_->failure();
   r.expert_inputs = opt_.expert_inputs;
+  r.expert_servers = opt_.expert_server;
   r.prefetch_hints = HintsSent();
   r.interrupted = interrupted;
   r.stop_reason = reason;

@@ -173,6 +173,9 @@ void CheckInputs(const PlanModel& m, const PlanOptions& o) {
     throw UsageError("memory plan: need one trunk size per layer (" + std::to_string(m.cfg.num_layers) + ")");
   if (static_cast<int64_t>(m.cfg.layer_kind.size()) != m.cfg.num_layers)
     throw UsageError("memory plan: layer kinds do not match the layer count");
+  if (o.max_expert_slots >= 0 && o.max_expert_slots < m.cfg.top_k)
+    throw UsageError("--expert-slots " + std::to_string(o.max_expert_slots) + " is below the " +
+                     std::to_string(m.cfg.top_k) + " slots the expert fetcher needs (top_k: one token's experts at once)");
   if (m.expert_bytes <= 0 || m.cfg.top_k < 1 || m.embed_bytes < 0 || m.lm_head_bytes < 0 || m.cfg.vocab_size < 1)
     throw UsageError("memory plan: expert bytes, top_k and the vocabulary must be positive");
   for (int64_t b : m.trunk_bytes)
@@ -250,6 +253,7 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
   p.overhead = f.overhead;
   p.tokenizer = f.tokenizer;
   p.remote_frames = f.remote;
+  p.remote_servers = o.remote_servers;
   Layout l = LayoutFor(m, cands, k, o, false);
   int64_t used = f.sum() + Shm(l);
   // Every remaining byte becomes expert slots (no more than the model has experts).
@@ -257,6 +261,10 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
   int64_t slots = std::min(all_experts, (budget - used) / expert_slot);
   while (slots > m.cfg.top_k && SlotArena(slots, expert_slot) > budget - used) --slots;
   slots = std::max<int64_t>(slots, m.cfg.top_k);
+  if (o.max_expert_slots >= 0 && slots > o.max_expert_slots) {  // an experiment's cap (--expert-slots)
+    slots = o.max_expert_slots;
+    p.expert_slots_capped = true;
+  }
   // The embedding table is read a few rows per token, so it is made resident last: only
   // when every expert already has a slot and the larger pinned globals run still fits.
   if (slots == all_experts) {
@@ -303,7 +311,10 @@ std::vector<Region> MemoryPlan::regions() const {
       {"shm", "experts", expert_arena_bytes,
        std::to_string(expert_slots) + " slots x " + FormatBytes(expert_slot_bytes)},
   };
-  if (remote_frames > 0) r.push_back({"fetcher", "remote-frames", remote_frames, "experts in flight from the expert server"});
+  if (remote_frames > 0)
+    r.push_back({"fetcher", "remote-frames", remote_frames,
+                 remote_servers > 1 ? "experts in flight from " + std::to_string(remote_servers) + " expert servers"
+                                    : "experts in flight from the expert server"});
   return r;
 }
 

@@ -25,7 +25,9 @@ struct PlanOptions {
   int64_t lm_head_window = 256ll << 20;         // lm_head chunk when no trunk layer streams
   int64_t embed_window = 16ll << 20;            // embed-window arena when not resident
   int64_t max_pinned_trunk = -1;                // config override: cap on pinned trunk bytes (-1 = none)
-  int64_t remote_expert_frames = 0;             // experts in flight from a k3-expert-server (0: none)
+  int64_t remote_expert_frames = 0;             // experts in flight from k3-expert-servers (0: none)
+  int remote_servers = 0;                       // how many servers share them (the table's note)
+  int64_t max_expert_slots = -1;                // --expert-slots: cap below what the budget allows (-1: none)
 };
 
 // What the model needs, independent of the budget.
@@ -71,7 +73,8 @@ struct MemoryPlan {
   int64_t scratch = 0;
   int64_t overhead = 0;  // all processes
   int64_t tokenizer = 0;
-  int64_t remote_frames = 0;  // expert fetcher: expert frames received from the expert server
+  int64_t remote_frames = 0;  // expert fetcher: expert frames received from the expert servers
+  int remote_servers = 0;
   // trunk arena
   std::vector<int> pinned_layers;  // ascending layer indices
   int64_t pinned_bytes = 0;        // pinned arena: header page + widened layers + widened globals run
@@ -80,6 +83,7 @@ struct MemoryPlan {
   int64_t ring_bytes = 0;          // ring arena incl. slot-table header (always >= 2 slots)
   // expert arena
   int64_t expert_slots = 0;
+  bool expert_slots_capped = false;  // PlanOptions::max_expert_slots lowered expert_slots
   int64_t expert_slot_bytes = 0;
   int64_t expert_arena_bytes = 0;  // incl. slot-table header
 

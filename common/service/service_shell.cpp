@@ -91,6 +91,10 @@ double MBps(uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<d
 
 bool WaitForWork(ControlLink& ctl, std::initializer_list<zmq::socket_ref> sockets,
                  std::chrono::milliseconds timeout) {
+  return WaitForWork(ctl, std::vector<zmq::socket_ref>(sockets), timeout);
+}
+
+bool WaitForWork(ControlLink& ctl, const std::vector<zmq::socket_ref>& sockets, std::chrono::milliseconds timeout) {
   std::vector<zmq::pollitem_t> items;
   for (zmq::socket_ref s : sockets) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
   items.push_back({ctl.socket().handle(), 0, ZMQ_POLLIN, 0});

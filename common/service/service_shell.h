@@ -58,6 +58,7 @@ inline double Seconds(Clock::time_point t0) { return std::chrono::duration<doubl
 // arrived, true when the caller should look at its sockets.
 bool WaitForWork(ControlLink& ctl, std::initializer_list<zmq::socket_ref> sockets,
                  std::chrono::milliseconds timeout);
+bool WaitForWork(ControlLink& ctl, const std::vector<zmq::socket_ref>& sockets, std::chrono::milliseconds timeout);
 
 // "Should this long piece of work stop now?" for a service busy between two WaitForWork calls
 // (compute in a forward pass): true once a stop signal or a Shutdown has arrived. Looks at the

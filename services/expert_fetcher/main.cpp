@@ -40,9 +40,10 @@ constexpr const char* kService = "expert-fetcher";
 struct Flags : WeightServiceFlags {
   std::string arena, dump_dir;
   bool warm = false;  // read every expert ahead (the plan gave every expert a slot)
-  std::string remote;            // k3-expert-server endpoint: experts come from there, not the shards
-  double remote_timeout = 60;    // seconds without an answer before a remote read fails
-  std::string remote_server_key, remote_client_key;  // CURVE: server's public cert, our NAME_secret
+  std::vector<std::string> remote;  // k3-expert-server endpoints: experts come from there, not the shards
+  double remote_timeout = 60;       // seconds without an answer before a remote read fails
+  std::vector<std::string> remote_server_key;  // CURVE: the servers' public certs (one, or one per --remote)
+  std::string remote_client_key;               // CURVE: this client's NAME_secret
 };
 
 struct Waiter {
@@ -79,14 +80,25 @@ class ExpertFetcher {
     router_->set(zmq::sockopt::linger, 0);
     ipc::BindPrivate(*router_, f_.bind);
     if (!f_.remote.empty()) {
-      // Re-send well before giving up, but not so often that a busy server reads twice.
-      const auto give_up = std::chrono::milliseconds(static_cast<int64_t>(f_.remote_timeout * 1000));
-      std::optional<ipc::CurveClientKeys> curve;
-      if (!f_.remote_client_key.empty()) curve = ipc::ReadClientKeys(f_.remote_client_key, f_.remote_server_key);
-      remote_.emplace(ctx_, f_.remote, f_.inflight, std::min(std::chrono::milliseconds(5000), give_up / 4), give_up,
-                      curve);
-      std::fprintf(stderr, "[expert-fetcher] routed experts come from the expert server at %s\n", f_.remote.c_str());
+      // Re-send well before giving up, but not so often that a busy server reads twice; drop a
+      // silent server (when others are left) after half the timeout, at most 10 s, so its reads
+      // move on long before a read would fail (docs/pipeline.md "Several expert servers").
+      RemoteReadsOptions o;
+      o.in_flight = f_.inflight;
+      o.give_up = std::chrono::milliseconds(static_cast<int64_t>(f_.remote_timeout * 1000));
+      o.resend = std::min(std::chrono::milliseconds(5000), o.give_up / 4);
+      o.drop_after = std::min(std::chrono::milliseconds(10000), o.give_up / 2);
+      for (const std::string& cert : f_.remote_server_key)
+        o.curve.push_back(ipc::ReadClientKeys(f_.remote_client_key, cert));
+      remote_.emplace(ctx_, f_.remote, o);
+      std::string eps;
+      for (const std::string& ep : f_.remote) eps += (eps.empty() ? "" : ", ") + ep;
+      std::fprintf(stderr, "[expert-fetcher] routed experts come from the expert server%s at %s\n",
+                   f_.remote.size() > 1 ? "s" : "", eps.c_str());
     }
+    polled_ = {*router_, worker_->notifier()};
+    if (remote_)
+      for (zmq::socket_ref s : remote_->sockets()) polled_.push_back(s);
     if (f_.warm) QueueWarmUp();
   }
 
@@ -111,9 +123,7 @@ class ExpertFetcher {
 
   void Serve() {
     for (;;) {
-      const bool awake = remote_ ? WaitForWork(ctl_, {*router_, worker_->notifier(), remote_->socket()},
-                                               std::chrono::milliseconds(100))
-                                 : WaitForWork(ctl_, {*router_, worker_->notifier()}, std::chrono::milliseconds(100));
+      const bool awake = WaitForWork(ctl_, polled_, std::chrono::milliseconds(100));
       if (!awake) return;
       OnCompletions();
       while (auto m = ipc::ReceiveVerified(*router_, true, ipc::DecodeExperts, Clock::now(), rejects_)) {
@@ -131,7 +141,7 @@ class ExpertFetcher {
 
   std::vector<ipc::control::Stat> FinalStats() const {
     const double hr = trace_->requests() ? static_cast<double>(trace_->hits()) / trace_->requests() : 0;
-    return {{"requests", static_cast<double>(trace_->requests())},
+    std::vector<ipc::control::Stat> st = {{"requests", static_cast<double>(trace_->requests())},
             {"hits", static_cast<double>(trace_->hits())},
             {"misses", static_cast<double>(trace_->misses())},
             {"hit_rate", hr},
@@ -143,6 +153,23 @@ class ExpertFetcher {
             {"prefetch_used", static_cast<double>(prefetch_used_)},
             {"remote_resends", static_cast<double>(remote_ ? remote_->resends() : 0)},
             {"rejected_messages", static_cast<double>(rejected())}};
+    // Per expert server, in --remote order (the launcher's report names them).
+    if (remote_) {
+      const auto servers = remote_->stats();
+      st.push_back({"remote_servers", static_cast<double>(servers.size())});
+      for (size_t i = 0; i < servers.size(); ++i) {
+        const RemoteServerStats& s = servers[i];
+        const std::string p = "server_" + std::to_string(i) + "_";
+        st.insert(st.end(), {{p + "experts", static_cast<double>(s.experts)},
+                             {p + "bytes", static_cast<double>(s.bytes)},
+                             {p + "seconds", s.seconds},
+                             {p + "failures", static_cast<double>(s.failures)},
+                             {p + "resends", static_cast<double>(s.resends)},
+                             {p + "moved", static_cast<double>(s.moved)},
+                             {p + "dropped", s.dropped ? 1.0 : 0.0}});
+      }
+    }
+    return st;
   }
 
   void Finish() {
@@ -326,6 +353,7 @@ class ExpertFetcher {
   std::optional<ReadWorker> worker_;
   std::optional<RemoteReads> remote_;
   std::optional<zmq::socket_t> router_;
+  std::vector<zmq::socket_ref> polled_;  // compute's requests, local read completions, the servers
   std::map<uint32_t, std::vector<Waiter>> waiters_;
   std::map<uint32_t, bool> demand_fill_;
   std::deque<x::ExpertRequest> prefetch_;  // warm-up reads (--warm)
@@ -345,10 +373,15 @@ int Main(int argc, char** argv) {
   app.add_option("--arena", f.arena, "shm name of the experts arena")->required();
   app.add_option("--dump-cache-trace", f.dump_dir, "write expert_hist.json and expert_trace.bin into DIR at exit");
   app.add_flag("--warm", f.warm, "read every expert ahead when every expert has a slot");
-  app.add_option("--remote", f.remote, "read experts from the k3-expert-server at this endpoint (tcp://HOST:PORT)");
-  app.add_option("--remote-timeout", f.remote_timeout, "seconds without an answer before a remote read fails")
+  app.add_option("--remote", f.remote,
+                 "read experts from the k3-expert-server at this endpoint (tcp://HOST:PORT); repeat for several")
+      ->take_all();
+  app.add_option("--remote-timeout", f.remote_timeout,
+                 "seconds without an answer before a remote read fails (a silent server among several "
+                 "is dropped after half of it, at most 10 s)")
       ->check(CLI::Range(0.1, 86400.0));
-  app.add_option("--remote-server-key", f.remote_server_key, "the expert server's public certificate (CURVE)");
+  app.add_option("--remote-server-key", f.remote_server_key,
+                 "the expert servers' public certificate (CURVE): one for all, or one per --remote in order");
   app.add_option("--remote-client-key", f.remote_client_key, "this client's NAME_secret certificate (CURVE)")
       ->needs(app.get_option("--remote-server-key"));
   app.get_option("--remote-server-key")->needs(app.get_option("--remote-client-key"));

@@ -107,7 +107,7 @@ TEST(CommandLines, OptionalFlags) {
   o.probe_membw = true;
   o.dump_logits = "/tmp/l.bin";
   o.dump_cache_trace = "/tmp/trace";
-  o.expert_server = "tcp://10.0.0.2:5557";
+  o.expert_server = {"tcp://10.0.0.2:5557", "tcp://10.0.0.3:5557"};
   o.expert_server_timeout = 2.5;
   const auto v = ServiceCommandLines(o, Layout(), Plan(), Endpoints(), "/vocab");
   const Argv& c = Find(v, "compute").argv;
@@ -118,6 +118,10 @@ TEST(CommandLines, OptionalFlags) {
   const Argv& x = Find(v, "expert-fetcher").argv;
   EXPECT_EQ(After(x, "--dump-cache-trace"), "/tmp/trace");
   EXPECT_EQ(After(x, "--remote"), "tcp://10.0.0.2:5557");
+  // Every server, in order, each after its own --remote.
+  const auto second = std::find(std::find(x.begin(), x.end(), "--remote") + 1, x.end(), "--remote");
+  ASSERT_NE(second, x.end());
+  EXPECT_EQ(*(second + 1), "tcp://10.0.0.3:5557");
   EXPECT_EQ(After(x, "--remote-timeout"), "2.5");
   ASSERT_EQ(v.size(), 4u);
   EXPECT_EQ(v[3].argv, (Argv{"/opt/k3/bin/k3-tokenizer", "serve", "--vocab", "/vocab", "--control",

@@ -229,6 +229,46 @@ TEST(MemoryPlan, RemoteExpertFramesAreBudgeted) {
   EXPECT_EQ(q.remote_frames, 0);
 }
 
+TEST(MemoryPlan, ExpertSlotsCapLowersSlotsOnly) {
+  const PlanModel m = Synthetic();
+  const int64_t budget = PlanFloor(m, SmallOptions()) + 200 * kMiB;
+  const MemoryPlan free_plan = MakePlan(m, budget, SmallOptions());
+  ASSERT_GT(free_plan.expert_slots, m.cfg.top_k + 1);
+  PlanOptions o = SmallOptions();
+  o.max_expert_slots = m.cfg.top_k + 1;
+  const MemoryPlan capped = MakePlan(m, budget, o);
+  CheckInvariants(m, capped);
+  EXPECT_EQ(capped.expert_slots, m.cfg.top_k + 1);
+  EXPECT_TRUE(capped.expert_slots_capped);
+  EXPECT_FALSE(free_plan.expert_slots_capped);
+  EXPECT_EQ(capped.pinned_layers, free_plan.pinned_layers);  // nothing else moves
+  o.max_expert_slots = free_plan.expert_slots + 10;  // above what the budget gives: no effect
+  EXPECT_EQ(MakePlan(m, budget, o).expert_slots, free_plan.expert_slots);
+  EXPECT_FALSE(MakePlan(m, budget, o).expert_slots_capped);
+  o.max_expert_slots = m.cfg.top_k - 1;  // below one token's experts: refused
+  try {
+    MakePlan(m, budget, o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("--expert-slots"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MemoryPlan, RemoteFramesGrowWithTheServers) {
+  const PlanModel m = Synthetic();
+  PlanOptions one = SmallOptions(), three = SmallOptions();
+  one.remote_expert_frames = 4;
+  one.remote_servers = 1;
+  three.remote_expert_frames = 3 * 4;
+  three.remote_servers = 3;
+  EXPECT_EQ(PlanFloor(m, three) - PlanFloor(m, one), 8 * m.expert_bytes);
+  const MemoryPlan p = MakePlan(m, PlanFloor(m, three) + 200 * kMiB, three);
+  CheckInvariants(m, p);
+  EXPECT_EQ(p.remote_frames, 12 * m.expert_bytes);
+  EXPECT_NE(p.Table().find("3 expert servers"), std::string::npos) << p.Table();
+}
+
 TEST(MemoryPlan, BadInputsAreUsageErrors) {
   PlanModel m = Synthetic();
   m.trunk_bytes.pop_back();

@@ -32,7 +32,7 @@ TEST(Toml, EveryKeyWithItsType) {
                  "prompt_file = \"p.txt\"\nids = \"1,2\"\ngen = 7\ncontext = 2048\nprefill_chunk = 32\n"
                  "ring_slots = 3\nthreads = 2\nexpert_inputs = \"bf16\"\nexpert_server = \"tcp://h:1\"\n"
                  "inflight = 5\nmax_pinned_trunk = 100\nfull_recompute = true\nexpert_server_timeout = 2\n"
-                 "prefetch_hints = false\nout = \"r.json\"\nquiet = true\nstop_ids = [3, 0, 99]\n",
+                 "prefetch_hints = false\nout = \"r.json\"\nquiet = true\nstop_ids = [3, 0, 99]\nexpert_slots = 9\n",
                  o).first,
             0);
   EXPECT_EQ(o.model, "/etc/k3/m");              // relative: to the TOML's directory
@@ -53,6 +53,11 @@ TEST(Toml, EveryKeyWithItsType) {
   EXPECT_FALSE(o.prefetch_hints);
   EXPECT_TRUE(o.quiet);
   EXPECT_EQ(o.stop_ids, (std::vector<int32_t>{3, 0, 99}));
+  EXPECT_EQ(o.expert_server, (std::vector<std::string>{"tcp://h:1"}));
+  EXPECT_EQ(o.expert_slots, 9);
+  LaunchOptions q;  // several expert servers: a list
+  ASSERT_EQ(Toml("expert_server = [\"tcp://a:1\", \"tcp://b:2\"]\n", q).first, 0);
+  EXPECT_EQ(q.expert_server, (std::vector<std::string>{"tcp://a:1", "tcp://b:2"}));
   LaunchOptions p;
   ASSERT_EQ(Toml("model = \"../models/x\"\nbudget = 1073741824\n", p).first, 0);
   EXPECT_EQ(p.model, "/etc/models/x");
@@ -75,6 +80,9 @@ TEST(Toml, UnknownKeysAndWrongTypesNameTheKey) {
       {"stop_ids = [1, \"2\"]\n", "stop_ids"},
       {"stop_ids = [-1]\n", "stop_ids"},
       {"quiet = \"yes\"\n", "quiet"},
+      {"expert_server = 5\n", "expert_server"},
+      {"expert_server = [\"tcp://a:1\", 2]\n", "expert_server"},
+      {"expert_slots = \"8\"\n", "expert_slots"},
       {"[model]\npath = \"x\"\n", "model"},
   };
   for (const Case& c : cases) {
@@ -148,6 +156,9 @@ TEST_F(FlagsTest, RangeChecks) {
                                              {"--stop-ids", "x"},
                                              {"--inflight", "0"},
                                              {"--io", "floppy"},
+                                             {"--expert-slots", "0"},
+                                             {"--expert-server", "localhost:1"},
+                                             {"--expert-server", "tcp://a:1", "--expert-server", "tcp://a:1"},
                                              {"--unknown-flag"}}) {
     SCOPED_TRACE(bad[0] + (bad.size() > 1 ? " " + bad[1] : ""));
     EXPECT_EQ(Parse(bad, o).first, kExitUsage);

@@ -1,6 +1,7 @@
 // RemoteReads (the fetcher's reads from a k3-expert-server) against a ROUTER socket in the
 // test playing the server: bytes land where asked, bad bytes and silence become one-line
-// errors, and an unanswered request is sent again with the same id.
+// errors, and an unanswered request is sent again with the same id. Several servers: see
+// remote_servers_test.cpp.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -47,6 +48,15 @@ class RemoteReadsTest : public ::testing::Test {
                      bytes, req.identity);
   }
 
+  svc::RemoteReads Reads(int in_flight = 4, std::chrono::milliseconds resend = 2000ms,
+                         std::chrono::milliseconds give_up = 30000ms) {
+    svc::RemoteReadsOptions o;
+    o.in_flight = in_flight;
+    o.resend = resend;
+    o.give_up = give_up;
+    return svc::RemoteReads(ctx_, {"inproc://expert-server"}, o);
+  }
+
   zmq::context_t ctx_;
   zmq::socket_t server_{ctx_, zmq::socket_type::router};
   std::vector<uint8_t> bytes_ = [] {
@@ -57,7 +67,7 @@ class RemoteReadsTest : public ::testing::Test {
 };
 
 TEST_F(RemoteReadsTest, BytesLandWhereAsked) {
-  svc::RemoteReads r(ctx_, "inproc://expert-server");
+  svc::RemoteReads r = Reads();
   std::vector<uint8_t> slot(bytes_.size() + 100, 0);
   r.Submit(42, 3, 17, slot.data() + 100, bytes_.size());
   auto req = NextRequest();
@@ -76,7 +86,7 @@ TEST_F(RemoteReadsTest, BytesLandWhereAsked) {
 }
 
 TEST_F(RemoteReadsTest, BadChecksumOrLengthIsAnError) {
-  svc::RemoteReads r(ctx_, "inproc://expert-server");
+  svc::RemoteReads r = Reads();
   std::vector<uint8_t> slot(bytes_.size(), 0);
   r.Submit(1, 3, 17, slot.data(), bytes_.size());
   Answer(NextRequest(), bytes_, ipc::ExpertChecksum(bytes_) ^ 1);
@@ -95,7 +105,7 @@ TEST_F(RemoteReadsTest, BadChecksumOrLengthIsAnError) {
 }
 
 TEST_F(RemoteReadsTest, UnansweredRequestIsSentAgainThenGivenUp) {
-  svc::RemoteReads r(ctx_, "inproc://expert-server", 4, 50ms, 400ms);
+  svc::RemoteReads r = Reads(4, 50ms, 400ms);
   std::vector<uint8_t> slot(bytes_.size(), 0);
   r.Submit(9, 4, 2, slot.data(), bytes_.size());
   auto first = NextRequest();  // lost: no answer
@@ -119,7 +129,7 @@ TEST_F(RemoteReadsTest, UnansweredRequestIsSentAgainThenGivenUp) {
 
 // At most `in_flight` requests are out; the next goes when one is answered.
 TEST_F(RemoteReadsTest, AtMostInFlightRequestsAreOut) {
-  svc::RemoteReads r(ctx_, "inproc://expert-server", 2);
+  svc::RemoteReads r = Reads(2);
   std::vector<uint8_t> slots(3 * bytes_.size(), 0);
   for (int i = 0; i < 3; ++i) r.Submit(static_cast<uint64_t>(i), 1, i, slots.data() + i * bytes_.size(), bytes_.size());
   EXPECT_EQ(r.pending(), 3u);
@@ -142,7 +152,7 @@ TEST_F(RemoteReadsTest, AtMostInFlightRequestsAreOut) {
 }
 
 TEST_F(RemoteReadsTest, ServerFailureIsPassedOn) {
-  svc::RemoteReads r(ctx_, "inproc://expert-server");
+  svc::RemoteReads r = Reads();
   std::vector<uint8_t> slot(16);
   r.Submit(5, 1, 0, slot.data(), slot.size());
   auto req = NextRequest();
