@@ -62,6 +62,9 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
   if (rec.interrupted) r["stop_reason"] = rec.stop_reason;
   if (rec.finish_reason) r["finish_reason"] = FinishReasonName(*rec.finish_reason);
   r["expert_inputs"] = rec.expert_inputs;
+  if (rec.done) r["position"] = rec.done->position;
+  if (rec.state_loaded_tokens >= 0) r["state_loaded_tokens"] = rec.state_loaded_tokens;
+  if (!rec.state_saved.empty()) r["state_saved"] = rec.state_saved;
   r["budget_bytes"] = plan.budget;
   r["plan_total_bytes"] = plan.total;
   r["seconds_per_token"] = rec.done ? rec.done->seconds_per_token : 0.0;
