@@ -71,7 +71,10 @@ ModelIdentity IdentifyModel(const std::string& model_dir, const Checkpoint& ck) 
     line += '\0';
     line += DTypeName(t.dtype);
     line += '\0';
-    for (size_t i = 0; i < t.shape.size(); ++i) line += (i ? "," : "") + std::to_string(t.shape[i]);
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      if (i) line += ',';
+      line += std::to_string(t.shape[i]);
+    }
     line += '\n';
     h.Add(line.data(), line.size());
   }

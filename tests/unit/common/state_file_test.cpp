@@ -200,6 +200,7 @@ TEST(StateIdentity, FollowsConfigBytesAndWeights) {
   // A copy with one more byte in config.json, and one with one weight byte changed.
   const fs::path tmp = fs::temp_directory_path() / ("k3-state-id-" + std::to_string(::getpid()));
   fs::remove_all(tmp);
+  fs::create_directories(tmp);
   fs::copy(demo, tmp / "m");
   EXPECT_EQ(IdentifyModel((tmp / "m").string()), a);
   {
