@@ -97,7 +97,7 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
         opt.stop_ids.push_back(static_cast<int32_t>(*e.value<int64_t>()));
       }
     } else if (k == "out") opt.out = str();
-    else if (k == "save_state") opt.save_state = ResolvePath(base_dir, str());
+    else if (k == "save_state") opt.save_state = str();  // an output, like out
     else if (k == "load_state") opt.load_state = ResolvePath(base_dir, str());
     else throw UsageError(source_name + ": unknown key '" + k + "'");
   }
