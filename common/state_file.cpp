@@ -112,7 +112,7 @@ uint64_t BodyFloats(const ModelConfig& cfg, int64_t position) {
   return total;
 }
 
-StateInfo ReadStateFile(const std::string& path, const Expect& want, std::vector<float>* body) {
+StateInfo ReadStateFile(const std::string& path, const Expect& want, const SectionsFor& sections) {
   auto bad = [&](const std::string& why) { return BadInput("state file " + path + ": " + why); };
   std::ifstream f(path, std::ios::binary);
   if (!f) throw bad(std::string("cannot read (") + std::strerror(errno) + ")");
@@ -143,14 +143,27 @@ StateInfo ReadStateFile(const std::string& path, const Expect& want, std::vector
   info.ids.resize(static_cast<size_t>(n_ids));
   if (!f.read(reinterpret_cast<char*>(info.ids.data()), n_ids * 4)) throw bad("read failed");
   hs.Add(info.ids.data(), info.ids.size() * 4);
-  if (body) body->resize(floats);
-  std::vector<char> chunk(std::min<uint64_t>(floats * 4, uint64_t{1} << 20));
-  for (uint64_t done = 0; done < floats * 4;) {
-    const uint64_t n = std::min<uint64_t>(chunk.size(), floats * 4 - done);
-    char* dst = body ? reinterpret_cast<char*>(body->data()) + done : chunk.data();
-    if (!f.read(dst, static_cast<std::streamsize>(n))) throw bad("read failed");
-    hs.Add(dst, n);
-    done += n;
+  // The sections (or one scratch buffer) in file order; sizes checked against the model below,
+  // after the checksum, so a corrupt header reads as corrupt.
+  std::vector<std::span<float>> dst;
+  std::vector<float> scratch;
+  uint64_t dst_floats = 0;
+  if (sections && floats == BodyFloats(*want.cfg, position) && position >= 0) dst = sections(position);
+  for (const auto& s : dst) dst_floats += s.size();
+  if (dst_floats != floats) {
+    scratch.resize(std::min<uint64_t>(floats, uint64_t{1} << 18));
+    dst.clear();
+    for (uint64_t left = floats; left > 0; left -= std::min<uint64_t>(left, scratch.size()))
+      dst.emplace_back(scratch.data(), std::min<uint64_t>(left, scratch.size()));
+  }
+  for (const auto& s : dst) {
+    char* p = reinterpret_cast<char*>(s.data());
+    for (uint64_t done = 0, total = s.size() * 4; done < total;) {
+      const uint64_t n = std::min<uint64_t>(total - done, uint64_t{1} << 20);
+      if (!f.read(p + done, static_cast<std::streamsize>(n))) throw bad("read failed");
+      hs.Add(p + done, n);
+      done += n;
+    }
   }
   info.extra.resize(extra);
   if (!f.read(info.extra.data(), static_cast<std::streamsize>(extra))) throw bad("read failed");

@@ -6,6 +6,7 @@
 // The launcher reads it to refuse a bad file before any weight is read; compute to load it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,11 +54,15 @@ struct Expect {
   int64_t context = 0;  // > 0: refuse a state with more ids than this
 };
 
+// Where the per-layer floats go: called once the header is known (with its position), returns
+// the sections in file order; their sizes must add up to BodyFloats(cfg, position).
+using SectionsFor = std::function<std::vector<std::span<float>>(int64_t position)>;
+
 // Reads and checks the whole file (magic, version, size, checksum, model, expert inputs,
 // context, ids). Any problem: BadInput (exit 7) "state file PATH: <reason>", one line.
-// `body` (optional) receives the per-layer floats; without it the file is only checked
-// (streamed, constant memory).
-StateInfo ReadStateFile(const std::string& path, const Expect& want, std::vector<float>* body);
+// `sections` (optional) receive the per-layer floats straight from the file (what they hold
+// is unspecified when it throws); without it the file is only checked (constant memory).
+StateInfo ReadStateFile(const std::string& path, const Expect& want, const SectionsFor& sections = nullptr);
 
 // Writes PATH.tmp-<pid> then renames it over PATH. `body` holds the sections in file order
 // (their sizes must add up to BodyFloats(cfg, info.position)). Error(kExitOutput) when it

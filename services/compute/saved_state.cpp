@@ -37,28 +37,29 @@ SavedSequence LoadSequence(const std::string& path, const ModelConfig& cfg, cons
   want.model = model;
   want.expert_inputs_bf16 = cfg.expert_inputs_bf16;
   want.context = context;
-  std::vector<float> body;
-  state::StateInfo info = state::ReadStateFile(path, want, &body);
+  // Read straight into a new SequenceState (the live one stays as it is until this succeeds).
   SavedSequence r;
   r.state.Reset(cfg);
-  r.state.position = info.position;
-  const float* p = body.data();
-  auto take = [&](std::vector<float>& dst, size_t n) {
-    dst.assign(p, p + n);
-    p += n;
-  };
-  for (int64_t l = 0; l < cfg.num_layers; ++l) {
-    const size_t i = static_cast<size_t>(l);
-    if (cfg.layer_kind[i] == MixerKind::KDA) {
-      KdaState& k = r.state.kda[i];
-      for (std::vector<float>* v : {&k.S, &k.conv_q, &k.conv_k, &k.conv_v}) take(*v, v->size());
-    } else {
-      MlaCache& m = r.state.mla[i];
-      take(m.c, static_cast<size_t>(info.position * cfg.kv_lora_rank));
-      take(m.kpe, static_cast<size_t>(info.position * cfg.qk_rope_head_dim));
-      m.len = info.position;
+  auto sections = [&](int64_t position) {
+    std::vector<std::span<float>> out;
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      const size_t i = static_cast<size_t>(l);
+      if (cfg.layer_kind[i] == MixerKind::KDA) {
+        KdaState& k = r.state.kda[i];
+        for (std::vector<float>* v : {&k.S, &k.conv_q, &k.conv_k, &k.conv_v}) out.emplace_back(*v);
+      } else {
+        MlaCache& m = r.state.mla[i];
+        m.c.resize(static_cast<size_t>(position * cfg.kv_lora_rank));
+        m.kpe.resize(static_cast<size_t>(position * cfg.qk_rope_head_dim));
+        m.len = position;
+        out.emplace_back(m.c);
+        out.emplace_back(m.kpe);
+      }
     }
-  }
+    return out;
+  };
+  state::StateInfo info = state::ReadStateFile(path, want, sections);
+  r.state.position = info.position;
   r.ids = std::move(info.ids);
   r.extra = std::move(info.extra);
   return r;

@@ -82,8 +82,16 @@ class StateFileTest : public ::testing::Test {
 
 TEST_F(StateFileTest, RoundTripKeepsEveryBit) {
   Write();
-  std::vector<float> got;
-  const StateInfo r = ReadStateFile(path_, Want(), &got);
+  std::vector<float> got, tail;
+  int64_t asked = -1;
+  const StateInfo r = ReadStateFile(path_, Want(), [&](int64_t position) {
+    asked = position;
+    got.resize(BodyFloats(cfg_, position) - 100);
+    tail.resize(100);
+    return std::vector<std::span<float>>{got, tail};
+  });
+  EXPECT_EQ(asked, info_.position);
+  got.insert(got.end(), tail.begin(), tail.end());
   EXPECT_EQ(r.ids, info_.ids);
   EXPECT_EQ(r.extra, info_.extra);
   EXPECT_EQ(r.position, info_.position);
