@@ -141,6 +141,27 @@ class StateFilesTest(unittest.TestCase):
         self.assertEqual(b["code"], 0, b["stderr"])
         self.assert_continues(b, logits2, self.path("p.k3state"))
 
+    def test_states_after_a_stop_id_and_after_a_prefill_only_run(self):
+        # Ended by a stop id (the stop id is the last id, not consumed yet) and --gen 0 (every id
+        # consumed): both continue like one run of the whole sequence.
+        for name, gen, extra in [("stop", G1, ["--stop-ids", str(self.gen_a[2])]), ("prefill", 0, [])]:
+            with self.subTest(name):
+                state = self.path("%s.k3state" % name)
+                a = self.launch(P1, gen, ["--save-state", state] + extra)
+                self.assertEqual(a["code"], 0, a["stderr"])
+                made = a["report"]["generated_ids"]
+                if name == "stop":
+                    self.assertIn(a["report"]["finish_reason"], ("stop_id", "stop"))  # issue 13 renames it "stop"
+                    self.assertEqual(made[-1], self.gen_a[2])
+                b_logits, c_logits = self.path("%s-b.logits" % name), self.path("%s-c.logits" % name)
+                b = self.launch(P2, G2, ["--load-state", state, "--dump-logits", b_logits, "--io", "mmap"])
+                c = self.launch(P1 + made + P2, G2, ["--dump-logits", c_logits, "--threads", "2"])
+                self.assertEqual(b["code"], 0, b["stderr"])
+                self.assertEqual(c["code"], 0, c["stderr"])
+                self.assertEqual(b["report"]["state_loaded_tokens"], len(P1) + len(made))
+                self.assertEqual(b["report"]["generated_ids"], c["report"]["generated_ids"])
+                self.assertEqual(read(b_logits), read(c_logits))
+
     def refused(self, state, extra=(), contains=""):
         """k3-launch and k3-compute --standalone refuse `state`: exit 7, one line, no service."""
         b = self.launch(P2, G2, ["--load-state", state] + list(extra))
