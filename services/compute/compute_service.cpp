@@ -173,11 +173,13 @@ void ComputeService::Answer(const cp::Generate& g) {
   for (int32_t id : g.ids)
     if (id < 0 || id >= cfg_.vocab_size) throw BadInput("prompt id " + std::to_string(id) + " outside the vocabulary");
   // keep_state: the ids not consumed yet (the last generated one, say) go first, then the prompt.
+  // full_recompute recomputes every step from nothing, so it feeds the whole sequence.
   std::vector<int32_t> feed;
   size_t kept = 0;
   if (g.keep_state) {
     if (fwd_->torn()) throw BadInput("Generate keep_state after a pass that was stopped midway");
-    kept = static_cast<size_t>(fwd_->position());
+    kept = g.full_recompute ? 0 : static_cast<size_t>(fwd_->position());
+    if (g.full_recompute) fwd_->Reset();
     feed.assign(seq_ids_.begin() + static_cast<std::ptrdiff_t>(kept), seq_ids_.end());
   } else {
     fwd_->Reset();

@@ -99,7 +99,9 @@ int RunStandalone(const StandaloneOptions& opt) {
   std::vector<int32_t> consumed;
   std::vector<int32_t> feed = opt.ids;
   if (loaded) {
-    const auto pos = static_cast<std::ptrdiff_t>(loaded->state.position);
+    // --full-recompute recomputes every step from nothing: it feeds the whole sequence.
+    const auto pos = opt.full_recompute ? 0 : static_cast<std::ptrdiff_t>(loaded->state.position);
+    if (opt.full_recompute) loaded->state.Reset(cfg);
     consumed.assign(loaded->ids.begin(), loaded->ids.begin() + pos);
     feed.insert(feed.begin(), loaded->ids.begin() + pos, loaded->ids.end());
     fwd.LoadState(std::move(loaded->state));

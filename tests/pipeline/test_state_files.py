@@ -133,6 +133,14 @@ class StateFilesTest(unittest.TestCase):
         self.assertEqual(rep["state_loaded_tokens"], len(P1) + len(self.gen_a))
         self.assertEqual(read(logits), read(self.path("c.logits")))
         self.assertEqual(read(state), read(self.path("c.k3state")))
+        # --full-recompute (every step from nothing) continues it too: same ids, logits, state.
+        fr_logits, fr_state = self.path("fr.logits"), self.path("fr.k3state")
+        r = self.standalone(P2, G2, ["--load-state", self.a_state, "--full-recompute", "--dump-logits", fr_logits,
+                                     "--save-state", fr_state])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([int(x) for x in r.stdout.split()], self.one_go["report"]["generated_ids"])
+        self.assertEqual(read(fr_logits), read(self.path("c.logits")))
+        self.assertEqual(read(fr_state), read(self.path("c.k3state")))
         # ...and the pipeline continues a standalone state, saved after a chunked prefill.
         sa = self.path("sa.k3state")
         r = self.standalone(P1, G1, ["--threads", "1", "--prefill-chunk", "3", "--save-state", sa])

@@ -235,8 +235,9 @@ TEST_F(ComputeServiceTest, KeepStateAndStateOpsContinueTheSequenceExactly) {
       if (const auto* d = std::get_if<cp::StateDone>(&*m)) return std::optional<cp::StateDone>(*d);
     }
   };
-  auto generate = [&](uint64_t id, const std::vector<int32_t>& ids, int32_t gen, bool keep) {
+  auto generate = [&](uint64_t id, const std::vector<int32_t>& ids, int32_t gen, bool keep, bool recompute = false) {
     cp::Generate g;
+    g.full_recompute = recompute;
     g.request_id = id;
     g.ids = ids;
     g.gen = gen;
@@ -291,6 +292,10 @@ TEST_F(ComputeServiceTest, KeepStateAndStateOpsContinueTheSequenceExactly) {
   EXPECT_EQ(d->error.find('\n'), std::string::npos);
   EXPECT_EQ(d->ids, seq);
   EXPECT_EQ(generate(7, p2, 3, true).first, g2);
+  // full_recompute on a kept sequence recomputes all of it: the same ids again.
+  d = state_op(11, cp::StateAction::kLoad, saved, "");
+  ASSERT_TRUE(d && d->ok);
+  EXPECT_EQ(generate(12, p2, 3, true, true).first, g2);
   // Saving where it cannot be written: ok = false, compute stays up.
   d = state_op(8, cp::StateAction::kSave, (dir / "missing" / "x").string(), "");
   ASSERT_TRUE(d);
