@@ -132,7 +132,8 @@ StateInfo ReadStateFile(const std::string& path, const Expect& want, const Secti
   const uint64_t limit = static_cast<uint64_t>(size);
   if (n_ids < 0 || static_cast<uint64_t>(n_ids) > limit / 4 || floats > limit / 4 || extra > limit)
     throw bad("header sizes exceed the file (" + std::to_string(size) + " bytes): truncated or corrupt");
-  const uint64_t expect = static_cast<uint64_t>(kHeaderBytes) + 4 * static_cast<uint64_t>(n_ids) + 4 * floats + extra + 8;
+  const uint64_t expect =
+      static_cast<uint64_t>(kHeaderBytes) + 4 * static_cast<uint64_t>(n_ids) + 4 * floats + extra + 8;
   if (expect != limit)
     throw bad(std::string(limit < expect ? "truncated" : "has trailing bytes") + " (" + std::to_string(size) +
               " bytes, the header says " + std::to_string(expect) + ")");
@@ -190,7 +191,8 @@ StateInfo ReadStateFile(const std::string& path, const Expect& want, const Secti
     throw bad(std::string("saved with expert_inputs ") + (info.expert_inputs_bf16 ? "bf16" : "f32") +
               ", this run uses " + (want.expert_inputs_bf16 ? "bf16" : "f32") + " (continuing would not be exact)");
   if (want.context > 0 && n_ids > want.context)
-    throw bad("needs a context of " + std::to_string(n_ids) + " positions, the plan has " + std::to_string(want.context));
+    throw bad("needs a context of " + std::to_string(n_ids) + " positions, the plan has " +
+              std::to_string(want.context));
   for (int32_t id : info.ids)
     if (id < 0 || id >= cfg.vocab_size)
       throw bad("id " + std::to_string(id) + " outside the vocabulary [0," + std::to_string(cfg.vocab_size) + ")");
@@ -241,7 +243,8 @@ void WriteStateFile(const std::string& path, const ModelConfig& cfg, const State
   const int err = errno;
   ok = (std::fclose(out) == 0) && ok;
   if (!ok) throw fail(std::string("write failed (") + std::strerror(err) + ")");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw fail(std::string("cannot rename into place (") + std::strerror(errno) + ")");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw fail(std::string("cannot rename into place (") + std::strerror(errno) + ")");
 }
 
 }  // namespace k3::state
