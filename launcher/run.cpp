@@ -396,7 +396,7 @@ std::optional<ipc::compute::StateDone> Runner::StateRoundTrip(ipc::compute::Stat
   ipc::compute::StateOp op;
   op.request_id = kStateOpId;
   op.action = action;
-  op.path = path;
+  op.path = fs::absolute(path).string();  // compute's working directory need not be ours
   state_done_.reset();
   if (!SendToCompute(ipc::Encode(op))) return std::nullopt;
   // Loading or writing a file: its size over the disk's speed, plus the checksum.
