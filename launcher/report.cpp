@@ -131,6 +131,14 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
     out.push_back(Fmt("[launch] read-bandwidth probe over the resident weights: median %.1f GB/s; median decode step "
                       "%.4f s (compute's clock, probes excluded)",
                       d("membw_probe_median_gbs"), d("median_step_seconds")));
+  if (r.contains("state_loaded_tokens") || r.contains("state_saved"))
+    out.push_back(Fmt("[launch] state: %s%s%s; sequence now %lld tokens",
+                      r.contains("state_loaded_tokens")
+                          ? ("continued " + std::to_string(r["state_loaded_tokens"].get<int64_t>()) + " tokens").c_str()
+                          : "new",
+                      r.contains("state_saved") ? ", saved to " : "",
+                      r.contains("state_saved") ? r["state_saved"].get<std::string>().c_str() : "",
+                      static_cast<long long>(r.value("position", int64_t{0}))));
   for (const auto& [name, pm] : r["peak_memory"].items())
     out.push_back(Fmt("[launch] peak %-15s %s (shm %s)", name.c_str(),
                       plan::FormatBytes(pm["vm_hwm_bytes"].get<int64_t>()).c_str(),
