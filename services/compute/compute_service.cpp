@@ -72,7 +72,7 @@ class ComputeService {
  private:
   void Answer(const cp::Generate& g);
   void PrefillProgress(int64_t done, int64_t total);
-  void AnswerState(const cp::StateOp& op);  // state files (docs/pipeline.md "State files")
+  void AnswerState(const cp::StateOp& op);  // StateOp Save/Load/Reset (docs/formats.md "State file")
 
   const PipelineOptions& opt_;
   zmq::context_t& ctx_;
