@@ -9,6 +9,7 @@
 #include "common/id_list.h"
 #include "common/plan/memory_plan.h"
 #include "common/run_main.h"
+#include "common/state_file.h"
 #include "common/stdout_writer.h"
 #include "model_layout.h"
 #include "options.h"
@@ -117,6 +118,28 @@ int Main(int argc, char** argv) {
   }
   if (!in.tokenizer_dir.empty() && !std::filesystem::exists(std::filesystem::path(in.tokenizer_dir) / "tiktoken.model"))
     throw UsageError("tokenizer: " + in.tokenizer_dir + " has no tiktoken.model");
+  // State files: a bad --load-state is refused here, before any weight is read (exit 7); its
+  // ids count against the context like the prompt's.
+  if (!opt.save_state.empty()) {
+    const std::filesystem::path sp(opt.save_state);
+    std::error_code ec;
+    const std::filesystem::path dir = sp.has_parent_path() ? sp.parent_path() : std::filesystem::path(".");
+    if (std::filesystem::is_directory(sp, ec) || !std::filesystem::is_directory(dir, ec))
+      throw Error(kExitOutput, "--save-state: cannot write " + opt.save_state);
+  }
+  if (!opt.load_state.empty()) {
+    state::Expect want;
+    want.cfg = &m.cfg;
+    want.model = state::IdentifyModel(opt.model);
+    want.expert_inputs_bf16 = opt.expert_inputs == "bf16";
+    want.context = opt.context;
+    in.state_tokens = static_cast<int64_t>(state::ReadStateFile(opt.load_state, want, nullptr).ids.size());
+    const int64_t need = in.state_tokens + static_cast<int64_t>(in.ids.size());
+    if (!in.has_text && need > opt.context)
+      throw UsageError("the loaded state (" + std::to_string(in.state_tokens) + " tokens) plus the prompt (" +
+                       std::to_string(in.ids.size()) + ") need " + std::to_string(need) +
+                       " positions, more than the context of " + std::to_string(opt.context));
+  }
   return launch::RunPipeline(opt, m, p, in);
 }
 

@@ -124,6 +124,8 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
         opt.stop_ids.push_back(static_cast<int32_t>(*e.value<int64_t>()));
       }
     } else if (k == "out") opt.out = str();
+    else if (k == "save_state") opt.save_state = str();  // an output, like out
+    else if (k == "load_state") opt.load_state = ResolvePath(base_dir, str());
     else throw UsageError(source_name + ": unknown key '" + k + "'");
   }
 }
@@ -169,6 +171,10 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_flag("--no-prefetch-hints", no_hints, "do not send next-layer expert guesses to the fetcher");
   app.add_flag("--probe-membw", cli.probe_membw,
                "benchmarks: compute times one read of the resident weights after every decode step");
+  app.add_option("--save-state", cli.save_state,
+                 "after the run, write compute's state (KDA, MLA cache, ids) to this file");
+  app.add_option("--load-state", cli.load_state,
+                 "continue the state in this file: the prompt's ids are appended to its sequence");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -213,6 +219,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
     for (int64_t id : k3::ParseIdList(stop_ids, "--stop-ids", int64_t{INT32_MAX} + 1))
       opt.stop_ids.push_back(static_cast<int32_t>(id));
   }
+  if (given("--save-state")) opt.save_state = cli.save_state;
+  if (given("--load-state")) opt.load_state = cli.load_state;
   if (cli.quiet) opt.quiet = true;
   opt.dry_run = cli.dry_run;
   if (no_hints) opt.prefetch_hints = false;

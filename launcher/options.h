@@ -40,6 +40,8 @@ struct LaunchOptions {
   bool probe_membw = false;       // benchmarks: compute times a read of the resident weights per step
   double ready_timeout = 120;     // seconds to wait for every service's Ready
   double shutdown_timeout = 5;    // seconds between Shutdown and SIGTERM
+  // State files (docs/formats.md "State file"): written after the run / continued by this run.
+  std::string save_state, load_state;
 };
 
 // The most expert servers a run uses (the fetcher's RemoteReads::kMaxServers).

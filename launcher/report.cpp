@@ -62,6 +62,9 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
   if (rec.interrupted) r["stop_reason"] = rec.stop_reason;
   if (rec.finish_reason) r["finish_reason"] = FinishReasonName(*rec.finish_reason);
   r["expert_inputs"] = rec.expert_inputs;
+  if (rec.done) r["position"] = rec.done->position;
+  if (rec.state_loaded_tokens >= 0) r["state_loaded_tokens"] = rec.state_loaded_tokens;
+  if (!rec.state_saved.empty()) r["state_saved"] = rec.state_saved;
   r["budget_bytes"] = plan.budget;
   r["plan_total_bytes"] = plan.total;
   r["seconds_per_token"] = rec.done ? rec.done->seconds_per_token : 0.0;
@@ -153,6 +156,14 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
     out.push_back(Fmt("[launch] read-bandwidth probe over the resident weights: median %.1f GB/s; median decode step "
                       "%.4f s (compute's clock, probes excluded)",
                       d("membw_probe_median_gbs"), d("median_step_seconds")));
+  if (r.contains("state_loaded_tokens") || r.contains("state_saved"))
+    out.push_back(Fmt("[launch] state: %s%s%s; sequence now %lld tokens",
+                      r.contains("state_loaded_tokens")
+                          ? ("continued " + std::to_string(r["state_loaded_tokens"].get<int64_t>()) + " tokens").c_str()
+                          : "new",
+                      r.contains("state_saved") ? ", saved to " : "",
+                      r.contains("state_saved") ? r["state_saved"].get<std::string>().c_str() : "",
+                      static_cast<long long>(r.value("position", int64_t{0}))));
   for (const auto& [name, pm] : r["peak_memory"].items())
     out.push_back(Fmt("[launch] peak %-15s %s (shm %s)", name.c_str(),
                       plan::FormatBytes(pm["vm_hwm_bytes"].get<int64_t>()).c_str(),

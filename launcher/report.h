@@ -35,6 +35,8 @@ struct RunRecord {
   bool prefetch_hints = false;
   bool interrupted = false;                           // stopped by a signal or a closed stdout
   std::string stop_reason;
+  int64_t state_loaded_tokens = -1;                   // --load-state: the ids it held (-1: none)
+  std::string state_saved;                            // --save-state: the file written
 };
 
 // "length", "stop_id" or "interrupted": the report's finish_reason for Done.reason.

@@ -35,6 +35,7 @@ namespace {
 
 // The one Generate of a run; Tokens and Done name it.
 constexpr uint64_t kGenerateId = 1;
+constexpr uint64_t kStateOpId = 2;  // the state-file operations (--load-state, --save-state)
 
 std::string SelfDir() {
   std::error_code ec;
@@ -77,6 +78,9 @@ class Runner {
   void HandleDeaths();
   void ForwardChildStderr(bool flush, int only = -1);
   void SendGenerate(const std::vector<int32_t>& ids);
+  bool SendToCompute(const ipc::Encoded& msg);  // false: gave up (a failure or a stop)
+  // One StateOp and its StateDone; nullopt when the run failed or was stopped meanwhile.
+  std::optional<ipc::compute::StateDone> StateRoundTrip(ipc::compute::StateAction action, const std::string& path);
   void Stop(const std::string& reason);
   void SampleMemory();
   void Fail(Failure f);
@@ -110,6 +114,9 @@ class Runner {
   std::vector<Clock::time_point> token_arrivals_;  // when each generated token reached the launcher
   std::optional<ipc::compute::RunStats> done_;
   std::optional<ipc::compute::StopReason> finish_reason_;  // Done.reason
+  std::optional<ipc::compute::StateDone> state_done_;      // the answer to the last StateOp
+  int64_t state_loaded_tokens_ = -1;
+  std::string state_saved_;
   std::optional<Failure> first_dead_;  // the first Dead received: the root cause, preferred
   std::optional<Failure> failure_;     // what ended the run (a death, a Dead, a timeout)
   bool stopping_ = false;              // Shutdown sent: exits now are expected
@@ -241,6 +248,8 @@ void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
       progress_.Show(ProgressText("decoding", static_cast<double>(generated_.size() - 1),
                                   static_cast<double>(std::max<int64_t>(opt_.gen - 1, 1)), s, false));
     }
+  } else if (const auto* s = std::get_if<ipc::compute::StateDone>(&r.message)) {
+    if (s->request_id == kStateOpId) state_done_ = *s;
   } else if (const auto* d = std::get_if<ipc::compute::Done>(&r.message)) {
     if (d->request_id != kGenerateId) return;
     done_ = d->stats;
@@ -363,18 +372,36 @@ void Runner::SendGenerate(const std::vector<int32_t>& ids) {
   g.full_recompute = opt_.full_recompute;
   g.prefill_chunk = static_cast<int32_t>(opt_.prefill_chunk);
   g.stop_ids = opt_.stop_ids;
+  g.keep_state = !opt_.load_state.empty();  // appended to the loaded sequence
   t_generate_ = Clock::now();
+  SendToCompute(ipc::Encode(g));
+}
+
+bool Runner::SendToCompute(const ipc::Encoded& msg) {
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   for (;;) {  // the compute DEALER may not be known to the ROUTER yet (ROUTER_MANDATORY)
     try {
-      ipc::SendMessage(*compute_, ipc::Encode(g), {}, "compute");
-      return;
+      ipc::SendMessage(*compute_, msg, {}, "compute");
+      return true;
     } catch (const Error&) {
       if (Clock::now() > deadline) throw RuntimeFailure("compute never connected to the compute endpoint");
       Pump(Clock::now() + std::chrono::milliseconds(20));
-      if (failure_ || StopRequested()) return;
+      if (failure_ || StopRequested()) return false;
     }
   }
+}
+
+std::optional<ipc::compute::StateDone> Runner::StateRoundTrip(ipc::compute::StateAction action,
+                                                              const std::string& path) {
+  ipc::compute::StateOp op;
+  op.request_id = kStateOpId;
+  op.action = action;
+  op.path = fs::absolute(path).string();  // compute's working directory need not be ours
+  state_done_.reset();
+  if (!SendToCompute(ipc::Encode(op))) return std::nullopt;
+  // Loading or writing a file: its size over the disk's speed, plus the checksum.
+  while (!state_done_ && !failure_ && !StopRequested()) Pump(Clock::now() + std::chrono::milliseconds(200));
+  return state_done_;
 }
 
 void Runner::SampleMemory() {
@@ -478,6 +505,8 @@ RunRecord Runner::Record(const std::vector<int32_t>& ids, bool interrupted, cons
   r.prefetch_hints = HintsSent();
   r.interrupted = interrupted;
   r.stop_reason = reason;
+  r.state_loaded_tokens = state_loaded_tokens_;
+  r.state_saved = state_saved_;
   return r;
 }
 
@@ -517,6 +546,12 @@ int Runner::Run() {
                     std::chrono::duration<double>(Clock::now() - t0_).count());
       progress_.Info(line);
       if (in_.has_text) ids = EncodePrompt();
+      if (!opt_.load_state.empty() && !ids.empty() && !failure_ && !StopRequested()) {
+        // main.cpp checked the file; compute checks it again as it loads it (same rules).
+        const auto s = StateRoundTrip(ipc::compute::StateAction::kLoad, opt_.load_state);
+        if (s && !s->ok) throw BadInput("--load-state: " + s->error);
+        if (s) state_loaded_tokens_ = s->position;
+      }
       if (!ids.empty() && !failure_ && !StopRequested()) SendGenerate(ids);
     }
     const auto t1 = Clock::now();
@@ -533,6 +568,12 @@ int Runner::Run() {
       // Compute sends its Stats right before Done; give the message a moment to arrive.
       Pump(Clock::now() + std::chrono::milliseconds(50));
       if (tok_) FlushText();
+    }
+    if (done_ && !opt_.save_state.empty() && finish_reason_ != ipc::compute::StopReason::kInterrupted &&
+        !failure_ && !StopRequested()) {
+      const auto s = StateRoundTrip(ipc::compute::StateAction::kSave, opt_.save_state);
+      if (s && !s->ok) throw Error(kExitOutput, "--save-state: " + s->error);
+      if (s) state_saved_ = opt_.save_state;
     }
   } catch (const Error& e) {
     Stop(e.what());

@@ -23,6 +23,7 @@ struct PromptInput {
   bool has_text = false;      // --prompt / --prompt-file
   std::string text;
   std::string tokenizer_dir;  // "" = no tokenizer service
+  int64_t state_tokens = -1;  // --load-state: the ids of the checked state file (-1: none)
 };
 
 // Why a Hello is rejected ("" when it is accepted): it must name a service we started, come

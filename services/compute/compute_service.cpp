@@ -19,6 +19,7 @@
 #include "membw_probe.h"
 #include "mixers.h"
 #include "pipeline_sources.h"
+#include "saved_state.h"
 
 namespace k3::compute {
 namespace {
@@ -60,6 +61,7 @@ class ComputeService {
         auto m = ipc::ReceiveVerified(launcher_, false, ipc::DecodeCompute, Clock::now(), counters_.rejects);
         if (!m) break;
         if (const auto* g = std::get_if<cp::Generate>(&m->message)) Answer(*g);
+        else if (const auto* op = std::get_if<cp::StateOp>(&m->message)) AnswerState(*op);
       }
   }
   void Finish() {}
@@ -70,6 +72,7 @@ class ComputeService {
  private:
   void Answer(const cp::Generate& g);
   void PrefillProgress(int64_t done, int64_t total);
+  void AnswerState(const cp::StateOp& op);  // StateOp Save/Load/Reset (docs/formats.md "State file")
 
   const PipelineOptions& opt_;
   zmq::context_t& ctx_;
@@ -87,6 +90,10 @@ class ComputeService {
   std::unique_ptr<Forward> fwd_;
   std::vector<MemRegion> probe_regions_;  // pinned + expert arenas (--probe-membw)
   Clock::time_point last_progress_{};
+  // The sequence's ids (prompts and generated, a loaded state's included); the forward state
+  // has consumed the first fwd_->position() of them, the rest are fed before the next prompt.
+  std::vector<int32_t> seq_ids_;
+  std::optional<state::ModelIdentity> identity_;  // computed at the first StateOp
 };
 
 void ComputeService::Start() {
@@ -136,14 +143,53 @@ void ComputeService::PrefillProgress(int64_t done, int64_t total) {
               S("prefill_tokens_total", static_cast<double>(total))});
 }
 
+void ComputeService::AnswerState(const cp::StateOp& op) {
+  cp::StateDone d;
+  d.request_id = op.request_id;
+  try {
+    if (!identity_) identity_ = state::IdentifyModel(opt_.model_dir, *ck_);
+    if (op.action == cp::StateAction::kSave) {
+      if (fwd_->torn()) throw BadInput("the sequence was stopped in the middle of a pass: nothing to save");
+      SaveSequence(op.path, cfg_, *identity_, fwd_->state(), seq_ids_, op.extra);
+    } else if (op.action == cp::StateAction::kLoad) {
+      SavedSequence s = LoadSequence(op.path, cfg_, *identity_, 0);  // the launcher checked the context
+      fwd_->LoadState(std::move(s.state));
+      seq_ids_ = std::move(s.ids);
+      d.extra = std::move(s.extra);
+    } else {
+      fwd_->Reset();
+      seq_ids_.clear();
+    }
+    d.ok = true;
+  } catch (const std::exception& e) {  // a refused file leaves the state as it was
+    d.error = e.what();
+  }
+  d.position = static_cast<int32_t>(seq_ids_.size());
+  d.ids = seq_ids_;
+  ipc::SendMessage(launcher_, ipc::Encode(d));
+}
+
 void ComputeService::Answer(const cp::Generate& g) {
-  if (g.ids.empty()) throw BadInput("Generate without prompt ids");
   for (int32_t id : g.ids)
     if (id < 0 || id >= cfg_.vocab_size) throw BadInput("prompt id " + std::to_string(id) + " outside the vocabulary");
-  fwd_->Reset();
+  // keep_state: the ids not consumed yet (the last generated one, say) go first, then the prompt.
+  // full_recompute recomputes every step from nothing, so it feeds the whole sequence.
+  std::vector<int32_t> feed;
+  size_t kept = 0;
+  if (g.keep_state) {
+    if (fwd_->torn()) throw BadInput("Generate keep_state after a pass that was stopped midway");
+    kept = g.full_recompute ? 0 : static_cast<size_t>(fwd_->position());
+    if (g.full_recompute) fwd_->Reset();
+    feed.assign(seq_ids_.begin() + static_cast<std::ptrdiff_t>(kept), seq_ids_.end());
+  } else {
+    fwd_->Reset();
+    seq_ids_.clear();
+  }
+  feed.insert(feed.end(), g.ids.begin(), g.ids.end());
+  if (feed.empty()) throw BadInput("Generate without prompt ids");
   const PipelineCounters at_start = counters_;  // waits before this request (start-up) excluded below
   GreedyParams p;
-  p.ids = g.ids;
+  p.ids = feed;
   p.gen = std::max(0, g.gen);
   p.full_recompute = g.full_recompute;
   p.prefill_chunk = g.prefill_chunk > 0 ? g.prefill_chunk : 64;
@@ -173,6 +219,8 @@ void ComputeService::Answer(const cp::Generate& g) {
   hooks.should_stop = [this] { return stop_(); };
   const GreedyResult r = RunGreedy(*fwd_, cfg_.vocab_size, p, hooks);
   interrupted_ = r.ending == Ending::kInterrupted;
+  seq_ids_.resize(kept);
+  seq_ids_.insert(seq_ids_.end(), r.full.begin(), r.full.end());
   // Stats first, then Done (the launcher's report waits for both; docs/pipeline.md).
   const PipelineCounters& c = counters_;
   ctl_.Stats({S("trunk_wait_seconds", c.trunk_wait_seconds),
@@ -200,6 +248,7 @@ void ComputeService::Answer(const cp::Generate& g) {
   d.stats.generated_tokens = static_cast<int32_t>(r.generated.size());
   d.stats.prefill_seconds = r.prefill_seconds;
   d.stats.seconds_per_token = r.seconds_per_token;
+  d.stats.position = static_cast<int32_t>(seq_ids_.size());
   ipc::SendMessage(launcher_, ipc::Encode(d));
   const char* how = r.ending == Ending::kStopId ? "stop id" : r.ending == Ending::kInterrupted ? "interrupted" : "length";
   std::fprintf(stderr,

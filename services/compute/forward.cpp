@@ -45,7 +45,10 @@ Forward::Forward(const ModelConfig& cfg, const GlobalWeights& globals, LayerSour
   state_.Reset(cfg_);
 }
 
-void Forward::Reset() { state_.Reset(cfg_); }
+void Forward::Reset() {
+  state_.Reset(cfg_);
+  torn_ = false;
+}
 
 void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logits,
                   Tracer* trace) {
@@ -64,6 +67,7 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
   std::vector<Buf> B;  // block snapshots, per token
   Buf a(TH), x(TH), o(TH);
   std::vector<int32_t> topk(static_cast<size_t>(T * cfg_.top_k));
+  torn_ = true;  // until every layer has consumed the chunk
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
     const LayerWeights& w = layers_.Acquire(l);
     if (B.empty()) {
@@ -111,6 +115,7 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
     if (stop_check_ && stop_check_()) throw StopAtSafePoint{};
   }
   state_.position += T;
+  torn_ = false;
 
   // Model output: AttnRes over the snapshots and h, final norm, lm_head.
   AttnResChunk(B, P.data(), g_.out_res_fold, T, H, eps, a.data());

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 #include "expert_hints.h"
 #include "sources.h"
@@ -22,6 +23,13 @@ class Forward {
   void Reset();  // a fresh sequence
   int64_t position() const { return state_.position; }
   const SequenceState& state() const { return state_; }
+  // State files: replaces the sequence state (a loaded one). torn(): a Run stopped between
+  // layers (StopAtSafePoint) left the state half-updated; only Reset or LoadState mend it.
+  void LoadState(SequenceState s) {
+    state_ = std::move(s);
+    torn_ = false;
+  }
+  bool torn() const { return torn_; }
 
   // Consumes ids[0..T) after the current state. logits receives [T][vocab] when
   // all_positions, else [vocab] for the last token only; null skips the head.
@@ -43,6 +51,7 @@ class Forward {
   ExpertSource& experts_;
   HeadSource* head_ = nullptr;
   SequenceState state_;
+  bool torn_ = false;
   std::function<bool()> stop_check_;
   bool hints_on_ = false;
   NextLayerHints hints_;

@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
   app.add_flag("--prefetch-hints", opt.prefetch_hints,
                "guess each next layer's experts during decode and hint them to the expert source "
                "(standalone: only the guesses' recall is measured)");
+  app.add_option("--save-state", opt.save_state, "write the sequence's state to this file after the run");
+  app.add_option("--load-state", opt.load_state, "continue the state in this file; --ids are appended to it");
   // Pipeline mode (spawned by k3-launch; docs/pipeline.md "Command lines").
   k3::compute::PipelineOptions pipe;
   bool pipeline = false;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "../../common/error.h"
 #include "../../common/median.h"
@@ -20,6 +21,7 @@
 #include "generate.h"
 #include "mixers.h"
 #include "mmap_source.h"
+#include "saved_state.h"
 
 namespace k3::compute {
 
@@ -53,6 +55,7 @@ int RunStandalone(const StandaloneOptions& opt) {
   if (opt.mla_norm_eps && !(*opt.mla_norm_eps > 0)) throw UsageError("--mla-norm-eps must be > 0");
   CheckWritable(opt.out, "--out");
   CheckWritable(opt.dump_logits, "--dump-logits");
+  CheckWritable(opt.save_state, "--save-state");
   // SIGINT / SIGTERM / SIGHUP (also while loading) stop the run at the next safe point, between
   // layers or tokens, through the service shell's stop flag; so does a closed stdout (| head:
   // SIGPIPE is ignored and the failed write is the request), which ends with exit 5 too.
@@ -65,6 +68,11 @@ int RunStandalone(const StandaloneOptions& opt) {
     if (id < 0 || id >= cfg.vocab_size)
       throw UsageError("--ids: id " + std::to_string(id) + " outside [0," +
                        std::to_string(cfg.vocab_size) + ")");
+  // A state file is checked completely (model, checksum, ...) before any weight is mapped.
+  std::optional<state::ModelIdentity> identity;
+  std::optional<SavedSequence> loaded;
+  if (!opt.load_state.empty() || !opt.save_state.empty()) identity = state::IdentifyModel(opt.model_dir);
+  if (!opt.load_state.empty()) loaded = LoadSequence(opt.load_state, cfg, *identity, 0);
   const int threads = opt.threads > 0 ? opt.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
 
@@ -87,8 +95,20 @@ int RunStandalone(const StandaloneOptions& opt) {
   Forward fwd(cfg, globals, layers, experts);
   fwd.EnableHints(opt.prefetch_hints);
   fwd.SetStopCheck(svc::StopRequested);
+  // A loaded state: its ids not consumed yet go first, then the new prompt.
+  std::vector<int32_t> consumed;
+  std::vector<int32_t> feed = opt.ids;
+  if (loaded) {
+    // --full-recompute recomputes every step from nothing: it feeds the whole sequence.
+    const auto pos = opt.full_recompute ? 0 : static_cast<std::ptrdiff_t>(loaded->state.position);
+    if (opt.full_recompute) loaded->state.Reset(cfg);
+    consumed.assign(loaded->ids.begin(), loaded->ids.begin() + pos);
+    feed.insert(feed.begin(), loaded->ids.begin() + pos, loaded->ids.end());
+    fwd.LoadState(std::move(loaded->state));
+    std::fprintf(stderr, "[compute] state loaded from %s: %zu tokens\n", opt.load_state.c_str(), loaded->ids.size());
+  }
   GreedyParams gp;
-  gp.ids = opt.ids;
+  gp.ids = feed;
   gp.gen = opt.gen;
   gp.full_recompute = opt.full_recompute;
   gp.prefill_chunk = opt.prefill_chunk;
@@ -129,7 +149,14 @@ int RunStandalone(const StandaloneOptions& opt) {
   const GreedyResult res = RunGreedy(fwd, V, gp, hooks);
   const bool interrupted = res.ending == Ending::kInterrupted;
   const std::vector<int32_t>& generated = res.generated;
-  const std::vector<int32_t>& full = res.full;
+  std::vector<int32_t> full = consumed;  // the whole sequence
+  full.insert(full.end(), res.full.begin(), res.full.end());
+  if (!opt.save_state.empty()) {
+    if (fwd.torn())
+      std::fprintf(stderr, "[compute] state not saved: the run stopped in the middle of a pass\n");
+    else
+      SaveSequence(opt.save_state, cfg, *identity, fwd.state(), full, "");
+  }
   const double prefill_s = res.prefill_seconds, decode_s = res.decode_seconds;
   const double spt = res.seconds_per_token;
   if (interrupted)
@@ -162,6 +189,7 @@ int RunStandalone(const StandaloneOptions& opt) {
                         {"expert_isa", ExpertIsa(cfg)},
                         {"layers", cfg.num_layers}};
     if (interrupted) r["interrupted"] = true;
+    if (loaded) r["state_loaded_tokens"] = loaded->ids.size();
     if (opt.tf_check) r["tf_pred"] = tf_pred;
     if (opt.prefetch_hints) {
       r["hint_layers"] = hs.hints;

@@ -22,6 +22,8 @@ struct StandaloneOptions {
   std::string expert_inputs = "f32";  // "f32" (exact) or "bf16" (ModelConfig::expert_inputs_bf16)
   bool probe_membw = false;           // read-bandwidth probe after every decode step (membw_probe.h)
   bool prefetch_hints = false;        // next-layer expert guesses (expert_hints.h); here: recall only
+  std::string save_state;             // state file written after the run (docs/formats.md "State file")
+  std::string load_state;             // state file continued: `ids` are appended to its sequence
 };
 
 // Runs and returns the process exit code (0); throws k3::Error on failure.

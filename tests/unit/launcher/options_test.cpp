@@ -95,6 +95,17 @@ TEST(Toml, UnknownKeysAndWrongTypesNameTheKey) {
   }
 }
 
+TEST(Toml, StateFileKeys) {
+  LaunchOptions o;
+  ASSERT_EQ(Toml("load_state = \"s/a.k3state\"\nsave_state = \"b.k3state\"\n", o).first, 0);
+  EXPECT_EQ(o.load_state, "/etc/k3/s/a.k3state");  // an input: relative to the TOML's directory
+  EXPECT_EQ(o.save_state, "b.k3state");            // an output: relative to the working directory
+  for (const char* text : {"load_state = 1\n", "save_state = true\n"}) {
+    LaunchOptions p;
+    EXPECT_EQ(Toml(text, p).first, kExitUsage) << text;
+  }
+}
+
 TEST(Toml, SyntaxErrorNamesTheLine) {
   LaunchOptions o;
   const auto [code, msg] = Toml("gen = 4\nmodel = \"unterminated\n", o);

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <vector>
@@ -214,6 +216,99 @@ TEST_F(ComputeServiceTest, PrefillProgressArrivesAsStats) {
   EXPECT_EQ(done.back(), 200);  // always one for the last chunk
   EXPECT_TRUE(std::is_sorted(done.begin(), done.end()));
   EXPECT_LE(done.size(), 25u);  // at most one per chunk of 8
+}
+
+// State files and keep_state (issue 13): a kept sequence continues exactly like one Generate of
+// the whole sequence; Save / Load / Reset answer StateDone; a refused file leaves the sequence
+// as it was and compute stays up.
+TEST_F(ComputeServiceTest, KeepStateAndStateOpsContinueTheSequenceExactly) {
+  auto state_op = [&](uint64_t id, cp::StateAction action, const std::string& path, const std::string& extra) {
+    cp::StateOp op;
+    op.request_id = id;
+    op.action = action;
+    op.path = path;
+    op.extra = extra;
+    ipc::SendMessage(compute_ep_, ipc::Encode(op), {}, "compute");
+    for (;;) {
+      auto m = Next();
+      if (!m) return std::optional<cp::StateDone>();
+      if (const auto* d = std::get_if<cp::StateDone>(&*m)) return std::optional<cp::StateDone>(*d);
+    }
+  };
+  auto generate = [&](uint64_t id, const std::vector<int32_t>& ids, int32_t gen, bool keep, bool recompute = false) {
+    cp::Generate g;
+    g.full_recompute = recompute;
+    g.request_id = id;
+    g.ids = ids;
+    g.gen = gen;
+    g.keep_state = keep;
+    Send(g);
+    std::vector<int32_t> out;
+    auto d = Collect(out);
+    EXPECT_TRUE(d) << launcher_.ReadStderr("compute");
+    EXPECT_EQ(d ? d->stats.prompt_tokens : -1, static_cast<int32_t>(ids.size()));
+    return std::make_pair(out, d ? d->stats.position : -1);
+  };
+  const std::vector<int32_t> p1 = {1, 5, 9, 200, 77, 3, 18, 42}, p2 = {64, 2, 150};
+  const fs::path dir = fs::path(K3_SVC_SCRATCH) / ("state-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string saved = (dir / "a.k3state").string(), bad = (dir / "bad.k3state").string();
+
+  const auto [g1, pos1] = generate(1, p1, 4, false);
+  EXPECT_EQ(pos1, 12);
+  std::vector<int32_t> seq = p1;
+  seq.insert(seq.end(), g1.begin(), g1.end());
+  auto d = state_op(2, cp::StateAction::kSave, saved, "history");
+  ASSERT_TRUE(d && d->ok) << (d ? d->error : launcher_.ReadStderr("compute"));
+  EXPECT_EQ(d->request_id, 2u);
+  EXPECT_EQ(d->ids, seq);
+  EXPECT_EQ(d->position, 12);
+  // Kept: P2 after P1 + gen; the same as one fresh Generate of the whole sequence.
+  const auto [g2, pos2] = generate(3, p2, 3, true);
+  EXPECT_EQ(pos2, 12 + 3 + 3);
+  std::vector<int32_t> whole = seq;
+  whole.insert(whole.end(), p2.begin(), p2.end());
+  EXPECT_EQ(generate(4, whole, 3, false).first, g2);
+  // Loaded: the same again; its extra bytes come back.
+  d = state_op(5, cp::StateAction::kLoad, saved, "");
+  ASSERT_TRUE(d && d->ok) << (d ? d->error : "");
+  EXPECT_EQ(d->ids, seq);
+  EXPECT_EQ(d->extra, "history");
+  // A corrupt file is refused with one line and changes nothing.
+  std::string bytes;
+  {
+    std::ifstream f(saved, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  bytes[bytes.size() / 2] ^= 0x40;
+  {
+    std::ofstream f(bad, std::ios::binary);
+    f << bytes;
+  }
+  d = state_op(6, cp::StateAction::kLoad, bad, "");
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(d->ok);
+  EXPECT_NE(d->error.find("checksum"), std::string::npos) << d->error;
+  EXPECT_EQ(d->error.find('\n'), std::string::npos);
+  EXPECT_EQ(d->ids, seq);
+  EXPECT_EQ(generate(7, p2, 3, true).first, g2);
+  // full_recompute on a kept sequence recomputes all of it: the same ids again.
+  d = state_op(11, cp::StateAction::kLoad, saved, "");
+  ASSERT_TRUE(d && d->ok);
+  EXPECT_EQ(generate(12, p2, 3, true, true).first, g2);
+  // Saving where it cannot be written: ok = false, compute stays up.
+  d = state_op(8, cp::StateAction::kSave, (dir / "missing" / "x").string(), "");
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(d->ok);
+  // Reset: an empty sequence; keep_state from it equals a fresh run.
+  d = state_op(9, cp::StateAction::kReset, "", "");
+  ASSERT_TRUE(d && d->ok);
+  EXPECT_EQ(d->position, 0);
+  EXPECT_TRUE(d->ids.empty());
+  EXPECT_EQ(generate(10, p1, 4, true).first, g1);
+  launcher_.Shutdown("compute");
+  EXPECT_EQ(compute_.Wait(10s), 0) << launcher_.ReadStderr("compute");
+  fs::remove_all(dir);
 }
 
 }  // namespace
