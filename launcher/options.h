@@ -30,6 +30,8 @@ struct LaunchOptions {
   double expert_server_timeout = 60;  // seconds without an answer before a remote read fails
   std::string out, dump_logits;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these (Generate.stop_ids)
+  std::vector<std::string> stop;  // --stop TEXT: generation ends when the decoded text shows one
+  bool ignore_eos = false;        // do not stop at the model's end ids (common/end_ids.h)
   bool quiet = false;             // only errors and the final summary on stderr
   bool dry_run = false;
   bool probe_membw = false;       // benchmarks: compute times a read of the resident weights per step

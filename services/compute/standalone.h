@@ -22,6 +22,9 @@ struct StandaloneOptions {
   std::string expert_inputs = "f32";  // "f32" (exact) or "bf16" (ModelConfig::expert_inputs_bf16)
   bool probe_membw = false;           // read-bandwidth probe after every decode step (membw_probe.h)
   bool prefetch_hints = false;        // next-layer expert guesses (expert_hints.h); here: recall only
+  std::vector<int32_t> stop_ids;      // --stop-id / --stop-ids: end generation after emitting one
+  bool ignore_eos = false;            // do not add the model's end ids (common/end_ids.h)
+  int64_t context = 0;                // prompt + generated at most this; 0: max_position_embeddings
 };
 
 // Runs and returns the process exit code (0); throws k3::Error on failure.
