@@ -571,6 +571,10 @@ int Runner::Run() {
       std::snprintf(line, sizeof line, "[launch] all services ready in %.2f s; generating",
                     std::chrono::duration<double>(Clock::now() - t0_).count());
       progress_.Info(line);
+      std::string stops;
+      for (int32_t id : stop_ids_) stops += (stops.empty() ? "" : ",") + std::to_string(id);
+      progress_.Info("[launch] stop ids: " + (stops.empty() ? std::string("none") : stops) +
+                     (opt_.ignore_eos ? " (--ignore-eos)" : ""));
       if (!ids.empty() && !failure_ && !StopRequested()) SendGenerate(ids);
     }
     const auto t1 = Clock::now();
