@@ -11,7 +11,7 @@ namespace k3::launch {
 namespace {
 
 // Feeds `pieces` one by one; returns everything shown (Feed outputs, then Finish).
-std::string Run(StopTextMatcher& m, const std::vector<std::string>& pieces) {
+std::string FeedAll(StopTextMatcher& m, const std::vector<std::string>& pieces) {
   std::string out;
   for (const std::string& p : pieces) out += m.Feed(p);
   return out + m.Finish();
@@ -57,7 +57,7 @@ TEST(StopText, ReleasesHeldTextWhenItTurnsOutNotToMatch) {
 TEST(StopText, OverlappingPrefixFindsTheLaterStart) {
   // "aab": after "aa" the held tail must be "aa" (both could start it); "aaab" matches at 1.
   StopTextMatcher m({"aab"});
-  EXPECT_EQ(Run(m, {"a", "a", "a", "b", "zz"}), "a");
+  EXPECT_EQ(FeedAll(m, {"a", "a", "a", "b", "zz"}), "a");
   EXPECT_TRUE(m.matched());
 }
 
@@ -70,7 +70,7 @@ TEST(StopText, UnfinishedPrefixIsShownAtTheEnd) {
 
 TEST(StopText, EarliestOfSeveralStopsWins) {
   StopTextMatcher m({"world", "lo w", "o"});
-  EXPECT_EQ(Run(m, {"hel", "lo world"}), "hel");  // "lo w" starts at 3, "o" at 4
+  EXPECT_EQ(FeedAll(m, {"hel", "lo world"}), "hel");  // "lo w" starts at 3, "o" at 4
   EXPECT_EQ(m.matched_stop(), "lo w");
 }
 
