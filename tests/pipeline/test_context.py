@@ -19,11 +19,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import children_of, last_line, shm_names  # noqa: E402
+from proc_util import last_line, launch_report  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,20 +45,12 @@ class Context(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def launch(self, *args):
+        """Runs k3-launch on the demo TOML; returns (rc, stdout, stderr, report, seconds)."""
         Context.n += 1
-        out = os.path.join(self.tmp, "r%d.json" % Context.n)
-        t0 = time.monotonic()
-        p = subprocess.Popen([os.path.join(BIN, "k3-launch"), DEMO, "--out", out] + list(args),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        o, e = p.communicate(timeout=TIMEOUT)
-        took = time.monotonic() - t0
-        self.assertEqual(shm_names(p.pid), [], "shared memory left behind")
-        self.assertEqual(children_of(p.pid), [], "processes left behind")
-        report = None
-        if os.path.exists(out):
-            with open(out) as f:
-                report = json.load(f)
-        return p.returncode, o.decode("utf-8", "replace"), e.decode("utf-8", "replace"), report, took
+        rc, out, err, report, took, left = launch_report([os.path.join(BIN, "k3-launch"), DEMO] + list(args),
+                                                         os.path.join(self.tmp, "r%d.json" % Context.n), TIMEOUT)
+        self.assertEqual(left, [], "shared memory or processes left behind")
+        return rc, out, err, report, took
 
     def test_generation_stops_at_the_context(self):
         rc, out, err, rep, _ = self.launch("--context", "16", "--ids", "1,2,3", "--gen", "100", "--ignore-eos")

@@ -23,7 +23,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import children_of, shm_names  # noqa: E402
+from proc_util import launch_report  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -74,17 +74,10 @@ class Stopping(unittest.TestCase):
     def launch(self, toml, *args):
         """Runs k3-launch; returns (rc, stdout, stderr, report)."""
         Stopping.n += 1
-        out = os.path.join(self.tmp, "r%d.json" % Stopping.n)
-        p = subprocess.Popen([os.path.join(BIN, "k3-launch"), toml, "--out", out] + list(args),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        o, e = p.communicate(timeout=TIMEOUT)
-        self.assertEqual(shm_names(p.pid), [], "shared memory left behind")
-        self.assertEqual(children_of(p.pid), [], "processes left behind")
-        report = None
-        if os.path.exists(out):
-            with open(out) as f:
-                report = json.load(f)
-        return p.returncode, o.decode("utf-8", "replace"), e.decode("utf-8", "replace"), report
+        rc, out, err, report, _, left = launch_report([os.path.join(BIN, "k3-launch"), toml] + list(args),
+                                                      os.path.join(self.tmp, "r%d.json" % Stopping.n), TIMEOUT)
+        self.assertEqual(left, [], "shared memory or processes left behind")
+        return rc, out, err, report
 
     def decode(self, ids):
         r = subprocess.run([os.path.join(BIN, "k3-tokenizer"), "decode", "--vocab", DEMO_MODEL, "--ids",
