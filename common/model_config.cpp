@@ -142,6 +142,25 @@ int64_t SpecialId(const Obj& top, const Obj& tc, const std::string& key, int64_t
   return id;
 }
 
+// eos_token_id: one id or a list of ids (Hugging Face allows both); top level first, then
+// text_config; absent or null -> none.
+std::vector<int64_t> EosIds(const Obj& top, const Obj& tc, int64_t vocab) {
+  const std::string key = "eos_token_id";
+  const Obj& o = top.Has(key) ? top : tc;
+  if (!o.Has(key)) return {};
+  const json& v = o.j[key];
+  std::vector<int64_t> ids;
+  if (v.is_array()) {
+    for (const json& e : v) ids.push_back(o.AsInt(key, e));
+  } else {
+    ids.push_back(o.Int(key));
+  }
+  for (int64_t id : ids)
+    if (id < 0 || id >= vocab)
+      o.Fail(key, "id " + std::to_string(id) + " outside the vocabulary 0.." + std::to_string(vocab - 1));
+  return ids;
+}
+
 }  // namespace
 
 ModelConfig ParseModelConfig(const std::string& json_text, const std::string& file) {
@@ -250,7 +269,8 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& fi
     tc.Fail("moe_intermediate_size", "must be a multiple of the MXFP4 group " + std::to_string(c.mxfp4_group));
 
   c.bos_token_id = SpecialId(top, tc, "bos_token_id", c.vocab_size);
-  c.eos_token_id = SpecialId(top, tc, "eos_token_id", c.vocab_size);
+  c.eos_token_ids = EosIds(top, tc, c.vocab_size);
+  c.eos_token_id = c.eos_token_ids.empty() ? -1 : c.eos_token_ids.front();
   c.pad_token_id = SpecialId(top, tc, "pad_token_id", c.vocab_size);
   return c;
 }

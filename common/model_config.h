@@ -56,7 +56,8 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   // special ids (top level, falling back to text_config)
   int64_t bos_token_id = -1;
-  int64_t eos_token_id = -1;
+  int64_t eos_token_id = -1;              // the first of eos_token_ids
+  std::vector<int64_t> eos_token_ids;     // config.json's eos_token_id: one id or a list
   int64_t pad_token_id = -1;
 
   // ---- derived geometry ----

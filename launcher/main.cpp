@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/end_ids.h"
 #include "common/error.h"
 #include "common/id_list.h"
 #include "common/plan/memory_plan.h"
@@ -40,7 +41,8 @@ int Main(int argc, char** argv) {
   const plan::MemoryPlan p = plan::MakePlan(m.plan_model, budget, po);
   for (int32_t id : opt.stop_ids)
     if (id >= m.cfg.vocab_size)
-      throw UsageError("--stop-ids: id " + std::to_string(id) + " outside [0," + std::to_string(m.cfg.vocab_size) + ")");
+      throw UsageError("--stop-ids/--stop-id: id " + std::to_string(id) + " outside [0," +
+                       std::to_string(m.cfg.vocab_size) + ")");
   std::FILE* plan_out = opt.dry_run ? stdout : stderr;  // stdout carries only ids in a run
   // --quiet: the plan goes nowhere in a run (a dry run prints it: that is what it is for).
   std::FILE* devnull = nullptr;
@@ -140,6 +142,14 @@ int Main(int argc, char** argv) {
                        std::to_string(in.ids.size()) + ") need " + std::to_string(need) +
                        " positions, more than the context of " + std::to_string(opt.context));
   }
+  if (!opt.stop.empty() && in.tokenizer_dir.empty())
+    throw UsageError("--stop needs a tokenizer (the text is matched after decoding): set 'tokenizer' in the TOML");
+  // Prompt + generated ids never exceed the planned context; an id prompt is checked here, a
+  // text prompt once the tokenizer service has encoded it (run.cpp), both before any weight
+  // service starts.
+  if (opt.load_state.empty() && static_cast<int64_t>(in.ids.size()) > opt.context)
+    throw UsageError(launch::PromptTooLong(static_cast<int64_t>(in.ids.size()), opt.context));
+  if (!opt.ignore_eos) in.end_ids = DefaultEndIds(m.cfg, in.tokenizer_dir);
   return launch::RunPipeline(opt, m, p, in);
 }
 

@@ -123,6 +123,17 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
           throw bad("a list of non-negative token ids");
         opt.stop_ids.push_back(static_cast<int32_t>(*e.value<int64_t>()));
       }
+    } else if (k == "stop") {
+      const toml::array* arr = node.as_array();
+      if (!arr) throw bad("a list of strings");
+      opt.stop.clear();
+      for (const toml::node& e : *arr) {
+        if (!e.is_string() || e.value<std::string>()->empty()) throw bad("a list of non-empty strings");
+        opt.stop.push_back(*e.value<std::string>());
+      }
+    } else if (k == "ignore_eos") {
+      if (!node.is_boolean()) throw bad("true or false");
+      opt.ignore_eos = *node.value<bool>();
     } else if (k == "out") opt.out = str();
     else if (k == "save_state") opt.save_state = str();  // an output, like out
     else if (k == "load_state") opt.load_state = ResolvePath(base_dir, str());
@@ -154,6 +165,15 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   std::string stop_ids;
   app.add_option("--stop-ids", stop_ids,
                  "token ids that end generation after being emitted, comma separated (TOML: stop_ids = [..])");
+  std::vector<std::string> stop_id;
+  app.add_option("--stop-id", stop_id, "a token id that ends generation after being emitted (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--stop", cli.stop,
+                 "text that ends generation when the decoded output shows it; left out of the text (repeatable; "
+                 "needs a tokenizer)")
+      ->allow_extra_args(false);
+  app.add_flag("--ignore-eos", cli.ignore_eos,
+               "do not stop at the model's end ids (config.json eos_token_id, [EOS], <|end_of_msg|>): run to --gen");
   app.add_flag("--quiet", cli.quiet, "stderr: only errors and the final summary (no progress or service lines)");
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service and per expert server (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
@@ -214,13 +234,21 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--expert-server-key")) opt.expert_server_key = cli.expert_server_key;
   if (given("--client-key")) opt.client_key = cli.client_key;
   if (given("--expert-slots")) opt.expert_slots = cli.expert_slots;
-  if (given("--stop-ids")) {
+  if (given("--stop-ids") || given("--stop-id")) {  // both flags add up; together they replace the TOML's
     opt.stop_ids.clear();
-    for (int64_t id : k3::ParseIdList(stop_ids, "--stop-ids", int64_t{INT32_MAX} + 1))
-      opt.stop_ids.push_back(static_cast<int32_t>(id));
+    if (given("--stop-ids"))
+      for (int64_t id : k3::ParseIdList(stop_ids, "--stop-ids", int64_t{INT32_MAX} + 1))
+        opt.stop_ids.push_back(static_cast<int32_t>(id));
+    for (const std::string& one : stop_id) {
+      const std::vector<int64_t> v = k3::ParseIdList(one, "--stop-id", int64_t{INT32_MAX} + 1);
+      if (v.size() != 1) throw UsageError("--stop-id takes one id ('" + one + "'); use --stop-ids for a list");
+      opt.stop_ids.push_back(static_cast<int32_t>(v[0]));
+    }
   }
   if (given("--save-state")) opt.save_state = cli.save_state;
   if (given("--load-state")) opt.load_state = cli.load_state;
+  if (given("--stop")) opt.stop = cli.stop;
+  if (cli.ignore_eos) opt.ignore_eos = true;
   if (cli.quiet) opt.quiet = true;
   opt.dry_run = cli.dry_run;
   if (no_hints) opt.prefetch_hints = false;
@@ -240,6 +268,8 @@ void CheckOptions(const LaunchOptions& opt) {
     throw UsageError("--threads " + std::to_string(opt.threads) + ": must be 1 to " + std::to_string(MaxThreads()) +
                      " (4 x the " + std::to_string(MaxThreads() / 4) + " online cores), or 0 for all cores");
   if (opt.context < 1) throw UsageError("--context must be >= 1");
+  for (const std::string& s : opt.stop)
+    if (s.empty()) throw UsageError("--stop: the text must not be empty");
   if (opt.prefill_chunk < 1) throw UsageError("prefill_chunk must be >= 1");
   if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
   if (opt.expert_inputs != "f32" && opt.expert_inputs != "bf16")

@@ -35,6 +35,8 @@ struct LaunchOptions {
   std::string client_key;
   std::string out, dump_logits;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these (Generate.stop_ids)
+  std::vector<std::string> stop;  // --stop TEXT: generation ends when the decoded text shows one
+  bool ignore_eos = false;        // do not stop at the model's end ids (common/end_ids.h)
   bool quiet = false;             // only errors and the final summary on stderr
   bool dry_run = false;
   bool probe_membw = false;       // benchmarks: compute times a read of the resident weights per step

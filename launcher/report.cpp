@@ -28,7 +28,7 @@ const char* FinishReasonName(ipc::compute::StopReason r) {
     case ipc::compute::StopReason::kLength:
       return "length";
     case ipc::compute::StopReason::kStopId:
-      return "stop_id";
+      return "stop";
     case ipc::compute::StopReason::kInterrupted:
       return "interrupted";
     case ipc::compute::StopReason::kCancelled:
@@ -61,6 +61,11 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
   r["interrupted"] = rec.interrupted;
   if (rec.interrupted) r["stop_reason"] = rec.stop_reason;
   if (rec.finish_reason) r["finish_reason"] = FinishReasonName(*rec.finish_reason);
+  // A --stop text ends the run whatever compute's Done says (it may have finished first).
+  if (!rec.stop_text.empty() && !rec.interrupted) {
+    r["finish_reason"] = "stop";
+    r["stop_text"] = rec.stop_text;
+  }
   r["expert_inputs"] = rec.expert_inputs;
   if (rec.done) r["position"] = rec.done->position;
   if (rec.state_loaded_tokens >= 0) r["state_loaded_tokens"] = rec.state_loaded_tokens;

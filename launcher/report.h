@@ -29,6 +29,7 @@ struct RunRecord {
   std::map<std::string, int> restarts;
   uint64_t rejected_messages = 0;
   std::optional<std::string> generated_text;          // when the tokenizer finished decoding
+  std::string stop_text;                              // the --stop string found ("" none): finish "stop"
   std::string tokenizer_error;
   std::string expert_inputs;
   std::vector<std::string> expert_servers;            // --expert-server, in order (the fetcher's server_<i>_*)
@@ -39,7 +40,9 @@ struct RunRecord {
   std::string state_saved;                            // --save-state: the file written
 };
 
-// "length", "stop_id" or "interrupted": the report's finish_reason for Done.reason.
+// The report's finish_reason for Done.reason: "length" (--gen or the context reached), "stop"
+// (an end id or stop id), "interrupted", "cancelled" (a Cancel; BuildReport says "stop" when
+// the launcher cancelled because a --stop text was found).
 const char* FinishReasonName(ipc::compute::StopReason r);
 
 nlohmann::json BuildReport(const RunRecord& r, const plan::MemoryPlan& plan, const ArenaSizes& arenas);

@@ -14,6 +14,7 @@
 #include <optional>
 #include <zmq.hpp>
 
+#include "common/end_ids.h"
 #include "common/error.h"
 #include "common/ipc/protocol.h"
 #include "common/ipc/shm_arena.h"
@@ -21,6 +22,7 @@
 #include "common/ipc/zmq_channel.h"
 #include "common/stdout_writer.h"
 #include "launcher/run_resources.h"
+#include "launcher/stop_text.h"
 #include "launcher/tokenizer_client.h"
 #include "proc_stats.h"
 #include "progress.h"
@@ -66,11 +68,13 @@ struct Failure {
 class Runner {
  public:
   Runner(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p, const PromptInput& in)
-      : opt_(opt), m_(m), plan_(p), in_(in), progress_(ProgressLine::ForStdio(opt.quiet)) {}
+      : opt_(opt), m_(m), plan_(p), in_(in), progress_(ProgressLine::ForStdio(opt.quiet)),
+        stop_ids_(MergeIds(in.end_ids, opt.stop_ids)), stop_text_(opt.stop) {}
   int Run();
 
  private:
-  void Spawn(const RunEndpoints& ep);
+  void Spawn(const RunEndpoints& ep, bool tokenizer_only);
+  void StartRest();  // every service Spawn did not start
   bool Pump(Clock::time_point deadline);  // one poll round; false on timeout
   void DrainSockets();
   void HandleControl(const ipc::Received<ipc::control::Message>& r);
@@ -81,6 +85,7 @@ class Runner {
   bool SendToCompute(const ipc::Encoded& msg);  // false: gave up (a failure or a stop)
   // One StateOp and its StateDone; nullopt when the run failed or was stopped meanwhile.
   std::optional<ipc::compute::StateDone> StateRoundTrip(ipc::compute::StateAction action, const std::string& path);
+  void SendCancel();  // a --stop text was found: compute ends the request at its next step
   void Stop(const std::string& reason);
   void SampleMemory();
   void Fail(Failure f);
@@ -89,7 +94,7 @@ class Runner {
   void Out(const std::string& s);  // generated ids / text to stdout
   RunRecord Record(const std::vector<int32_t>& ids, bool interrupted, const std::string& reason) const;
   std::vector<int32_t> EncodePrompt();  // through the tokenizer service
-  void PrintText();                     // generated text decoded so far (text prompts)
+  void PrintText();                     // decoded text so far through the --stop matcher
   void FlushText();                     // waits for the end of the decode stream
   bool HintsSent() const { return HintsOffReason(opt_, m_, plan_) == nullptr; }
   void OnStats(const std::string& service);
@@ -110,6 +115,10 @@ class Runner {
   std::map<std::string, ProcMemory> peak_;
   std::map<std::string, std::string> stderr_partial_;  // per service: its unfinished stderr line
   std::vector<int32_t> generated_;
+  const std::vector<int32_t> stop_ids_;  // Generate.stop_ids: end ids + --stop-id(s), sorted
+  StopTextMatcher stop_text_;            // --stop strings over the decoded text
+  std::string shown_text_;               // the decoded text without end ids and --stop strings
+  bool cancel_sent_ = false;
   size_t prompt_sent_ = 0;  // ids in the Generate
   std::vector<Clock::time_point> token_arrivals_;  // when each generated token reached the launcher
   std::optional<ipc::compute::RunStats> done_;
@@ -126,7 +135,9 @@ class Runner {
   double run_seconds_ = 0;
 };
 
-void Runner::Spawn(const RunEndpoints& ep) {
+// With `tokenizer_only` only the tokenizer starts (a text prompt is encoded and its length
+// checked before any weight service starts pinning); StartRest starts the others.
+void Runner::Spawn(const RunEndpoints& ep, bool tokenizer_only) {
   for (ServiceCommand& c : ServiceCommandLines(opt_, m_, plan_, ep, in_.tokenizer_dir)) {
     Service s{c.name, std::move(c.argv), c.restartable};
     // Every service's stderr comes through the launcher, a whole line at a time, so their
@@ -139,7 +150,13 @@ void Runner::Spawn(const RunEndpoints& ep) {
       throw RuntimeFailure("cannot start " + s.name + ": " + s.argv[0] + " is missing");
   for (Service& s : sup_.services()) s.inherit_fds = res_->FdsNamedIn(s.argv);
   for (Service& s : sup_.services()) s.inherit_fds = res_->FdsNamedIn(s.argv);
-  for (size_t i = 0; i < sup_.services().size(); ++i) sup_.Start(i);
+  for (size_t i = 0; i < sup_.services().size(); ++i)
+    if (!tokenizer_only || sup_.services()[i].name == "tokenizer") sup_.Start(i);
+}
+
+void Runner::StartRest() {
+  for (size_t i = 0; i < sup_.services().size(); ++i)
+    if (sup_.services()[i].pid <= 0 && !sup_.services()[i].ready) sup_.Start(i);
 }
 
 void Runner::Fail(Failure f) {
@@ -241,7 +258,9 @@ void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
     if (t->request_id != kGenerateId || t->index != static_cast<int32_t>(generated_.size())) return;
     generated_.push_back(t->id);
     token_arrivals_.push_back(Clock::now());
-    if (tok_) tok_->PushIds({t->id});
+    // Text leaves out the id that ends the run (an end id or --stop-id) and all after a --stop.
+    const bool ends = std::binary_search(stop_ids_.begin(), stop_ids_.end(), t->id);
+    if (tok_ && !ends && !stop_text_.matched()) tok_->PushIds({t->id});
     if (!(tok_ && in_.has_text)) Out(std::to_string(t->id) + "\n");  // ids in, ids out
     if (token_arrivals_.size() >= 2) {
       const double s = std::chrono::duration<double>(token_arrivals_.back() - token_arrivals_.front()).count();
@@ -371,8 +390,9 @@ void Runner::SendGenerate(const std::vector<int32_t>& ids) {
   g.gen = static_cast<int32_t>(opt_.gen);
   g.full_recompute = opt_.full_recompute;
   g.prefill_chunk = static_cast<int32_t>(opt_.prefill_chunk);
-  g.stop_ids = opt_.stop_ids;
+  g.stop_ids = stop_ids_;
   g.keep_state = !opt_.load_state.empty();  // appended to the loaded sequence
+  g.max_positions = static_cast<int32_t>(std::min<int64_t>(opt_.context, INT32_MAX));
   t_generate_ = Clock::now();
   SendToCompute(ipc::Encode(g));
 }
@@ -402,6 +422,16 @@ std::optional<ipc::compute::StateDone> Runner::StateRoundTrip(ipc::compute::Stat
   // Loading or writing a file: its size over the disk's speed, plus the checksum.
   while (!state_done_ && !failure_ && !StopRequested()) Pump(Clock::now() + std::chrono::milliseconds(200));
   return state_done_;
+}
+
+void Runner::SendCancel() {
+  if (cancel_sent_ || done_) return;
+  cancel_sent_ = true;
+  try {
+    ipc::SendMessage(*compute_, ipc::Encode(ipc::compute::Cancel{kGenerateId}), {}, "compute");
+  } catch (const Error&) {
+    // compute is gone: its death is handled as any other
+  }
 }
 
 void Runner::SampleMemory() {
@@ -453,8 +483,12 @@ void Runner::Stop(const std::string& reason) {
 }
 
 void Runner::PrintText() {
-  if (!in_.has_text) return;
-  Out(tok_->TakeNewText());
+  const std::string t = tok_->TakeNewText();
+  if (t.empty()) return;
+  const std::string shown = stop_text_.Feed(t);
+  if (stop_text_.matched()) SendCancel();
+  shown_text_ += shown;
+  if (in_.has_text) Out(shown);
 }
 
 std::vector<int32_t> Runner::EncodePrompt() {
@@ -479,6 +513,12 @@ void Runner::FlushText() {
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   while (!tok_->stream_done() && tok_->failure().empty() && !failure_ && !StopRequested())
     if (!Pump(deadline)) break;
+  if (tok_->stream_done()) {
+    PrintText();
+    const std::string rest = stop_text_.Finish();  // a held-back start of a --stop that never completed
+    shown_text_ += rest;
+    if (in_.has_text) Out(rest);
+  }
   if (!tok_->failure().empty())
     progress_.Always("[launch] warning: generated ids not decoded: " + tok_->failure());
   else if (!tok_->stream_done())
@@ -498,7 +538,8 @@ RunRecord Runner::Record(const std::vector<int32_t>& ids, bool interrupted, cons
   r.peak = peak_;
   for (const Service& s : sup_.services()) r.restarts[s.name] = s.restarts;
   r.rejected_messages = rejects_.rejected;
-  if (tok_ && tok_->stream_done()) r.generated_text = tok_->text();
+  if (tok_ && tok_->stream_done()) r.generated_text = shown_text_;
+  if (stop_text_.matched()) r.stop_text = stop_text_.matched_stop();
   if (tok_) r.tokenizer_error = tok_->failure();
   r.expert_inputs = opt_.expert_inputs;
   r.expert_servers = opt_.expert_server;
@@ -533,19 +574,38 @@ int Runner::Run() {
 
   t0_ = Clock::now();
   try {
-    Spawn(ep);
+    // A text prompt is encoded first, by the tokenizer alone: one that does not fit the
+    // context is refused before any weight service starts (nothing is pinned or read).
+    Spawn(ep, in_.has_text);
     const auto ready_deadline = t0_ + std::chrono::milliseconds(static_cast<int64_t>(opt_.ready_timeout * 1000));
     auto all_ready = [&] {
       return std::all_of(sup_.services().begin(), sup_.services().end(), [](const Service& s) { return s.ready; });
     };
+    auto not_ready = [&] { return RuntimeFailure("services not ready after " + std::to_string(opt_.ready_timeout) + " s"); };
+    if (in_.has_text) {
+      auto tok_ready = [&] {
+        return std::any_of(sup_.services().begin(), sup_.services().end(),
+                           [](const Service& s) { return s.name == "tokenizer" && s.ready; });
+      };
+      while (!tok_ready() && !failure_ && !StopRequested())
+        if (!Pump(ready_deadline)) throw not_ready();
+      if (!failure_ && !StopRequested()) ids = EncodePrompt();
+      // A loaded state's ids count too (main.cpp checked id prompts the same way).
+      const int64_t held = std::max<int64_t>(0, in_.state_tokens) + static_cast<int64_t>(ids.size());
+      if (held > opt_.context) throw UsageError(PromptTooLong(held, opt_.context));
+      if (!failure_ && !StopRequested()) StartRest();
+    }
     while (!all_ready() && !failure_ && !StopRequested())
-      if (!Pump(ready_deadline)) throw RuntimeFailure("services not ready after " + std::to_string(opt_.ready_timeout) + " s");
+      if (!Pump(ready_deadline)) throw not_ready();
     if (!failure_ && !StopRequested()) {
       char line[96];
       std::snprintf(line, sizeof line, "[launch] all services ready in %.2f s; generating",
                     std::chrono::duration<double>(Clock::now() - t0_).count());
       progress_.Info(line);
-      if (in_.has_text) ids = EncodePrompt();
+      std::string stops;
+      for (int32_t id : stop_ids_) stops += (stops.empty() ? "" : ",") + std::to_string(id);
+      progress_.Info("[launch] stop ids: " + (stops.empty() ? std::string("none") : stops) +
+                     (opt_.ignore_eos ? " (--ignore-eos)" : ""));
       if (!opt_.load_state.empty() && !ids.empty() && !failure_ && !StopRequested()) {
         // main.cpp checked the file; compute checks it again as it loads it (same rules).
         const auto s = StateRoundTrip(ipc::compute::StateAction::kLoad, opt_.load_state);
@@ -617,6 +677,11 @@ int Runner::Run() {
 }
 
 }  // namespace
+
+std::string PromptTooLong(int64_t prompt_tokens, int64_t context) {
+  return "the prompt has " + std::to_string(prompt_tokens) + " tokens but the context is " + std::to_string(context) +
+         " (--context): it does not fit";
+}
 
 std::string HelloMismatch(const std::vector<Service>& services, const std::string& identity,
                           const std::string& service, int64_t pid) {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <deque>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -41,6 +42,7 @@ cp::StopReason WireReason(Ending e) {
   switch (e) {
     case Ending::kStopId: return cp::StopReason::kStopId;
     case Ending::kInterrupted: return cp::StopReason::kInterrupted;
+    case Ending::kCancelled: return cp::StopReason::kCancelled;
     case Ending::kLength: break;
   }
   return cp::StopReason::kLength;
@@ -55,13 +57,21 @@ class ComputeService {
   void Start();
   std::vector<ipc::control::Stat> StartStats() const { return {S("threads", omp_get_max_threads())}; }
   // Answers Generates until a Shutdown or stop signal between requests, or a stop inside one.
+  // Messages that arrived during a request (kept by PollCancel) are answered first, in order.
   void Serve() {
     while (!interrupted_ && svc::WaitForWork(ctl_, {launcher_}, std::chrono::milliseconds(500)))
       while (!interrupted_) {
-        auto m = ipc::ReceiveVerified(launcher_, false, ipc::DecodeCompute, Clock::now(), counters_.rejects);
-        if (!m) break;
-        if (const auto* g = std::get_if<cp::Generate>(&m->message)) Answer(*g);
-        else if (const auto* op = std::get_if<cp::StateOp>(&m->message)) AnswerState(*op);
+        std::optional<cp::Message> msg;
+        if (!held_.empty()) {
+          msg = std::move(held_.front());
+          held_.pop_front();
+        } else if (auto m = ipc::ReceiveVerified(launcher_, false, ipc::DecodeCompute, Clock::now(), counters_.rejects)) {
+          msg = std::move(m->message);
+        }
+        if (!msg) break;
+        // A Cancel between requests names a request that has already ended: nothing to do.
+        if (const auto* g = std::get_if<cp::Generate>(&*msg)) Answer(*g);
+        else if (const auto* op = std::get_if<cp::StateOp>(&*msg)) AnswerState(*op);
       }
   }
   void Finish() {}
@@ -73,6 +83,7 @@ class ComputeService {
   void Answer(const cp::Generate& g);
   void PrefillProgress(int64_t done, int64_t total);
   void AnswerState(const cp::StateOp& op);  // StateOp Save/Load/Reset (docs/formats.md "State file")
+  bool PollCancel(uint64_t request_id);
 
   const PipelineOptions& opt_;
   zmq::context_t& ctx_;
@@ -94,7 +105,23 @@ class ComputeService {
   // has consumed the first fwd_->position() of them, the rest are fed before the next prompt.
   std::vector<int32_t> seq_ids_;
   std::optional<state::ModelIdentity> identity_;  // computed at the first StateOp
+  std::deque<cp::Message> held_;  // arrived during a request, answered after it (not lost)
 };
+
+// Between decode steps, without waiting: true when a Cancel for `request_id` has arrived. A
+// Cancel for any other request is ignored; any other message (a next Generate, say) is kept
+// in held_ and answered, in order, once this request is done.
+bool ComputeService::PollCancel(uint64_t request_id) {
+  bool cancel = false;
+  while (auto m = ipc::ReceiveVerified(launcher_, false, ipc::DecodeCompute, Clock::now(), counters_.rejects)) {
+    if (const auto* c = std::get_if<cp::Cancel>(&m->message)) {
+      if (c->request_id == request_id) cancel = true;
+    } else {
+      held_.push_back(std::move(m->message));
+    }
+  }
+  return cancel;
+}
 
 void ComputeService::Start() {
   omp_set_num_threads(opt_.threads > 0 ? opt_.threads : omp_get_num_procs());
@@ -187,6 +214,10 @@ void ComputeService::Answer(const cp::Generate& g) {
   }
   feed.insert(feed.end(), g.ids.begin(), g.ids.end());
   if (feed.empty()) throw BadInput("Generate without prompt ids");
+  const int64_t sequence = static_cast<int64_t>(kept + feed.size());  // a kept or loaded state included
+  if (g.max_positions > 0 && sequence > g.max_positions)
+    throw BadInput("Generate: a sequence of " + std::to_string(sequence) + " tokens does not fit max_positions " +
+                   std::to_string(g.max_positions));
   const PipelineCounters at_start = counters_;  // waits before this request (start-up) excluded below
   GreedyParams p;
   p.ids = feed;
@@ -194,6 +225,7 @@ void ComputeService::Answer(const cp::Generate& g) {
   p.full_recompute = g.full_recompute;
   p.prefill_chunk = g.prefill_chunk > 0 ? g.prefill_chunk : 64;
   p.stop_ids = g.stop_ids;
+  p.max_positions = std::max(0, g.max_positions);
   GreedyHooks hooks;
   // Waits of the decode steps alone (the prompt pass also waits for start-up reads), so the
   // launcher can show I/O wait per generated token.
@@ -217,6 +249,7 @@ void ComputeService::Answer(const cp::Generate& g) {
     if (opt_.probe_membw && index > 0) probe_gbs.push_back(ProbeReadGBs(probe_regions_));  // between steps
   };
   hooks.should_stop = [this] { return stop_(); };
+  hooks.cancelled = [&] { return PollCancel(g.request_id); };
   const GreedyResult r = RunGreedy(*fwd_, cfg_.vocab_size, p, hooks);
   interrupted_ = r.ending == Ending::kInterrupted;
   seq_ids_.resize(kept);
@@ -250,7 +283,10 @@ void ComputeService::Answer(const cp::Generate& g) {
   d.stats.seconds_per_token = r.seconds_per_token;
   d.stats.position = static_cast<int32_t>(seq_ids_.size());
   ipc::SendMessage(launcher_, ipc::Encode(d));
-  const char* how = r.ending == Ending::kStopId ? "stop id" : r.ending == Ending::kInterrupted ? "interrupted" : "length";
+  const char* how = r.ending == Ending::kStopId        ? "stop id"
+                    : r.ending == Ending::kInterrupted ? "interrupted"
+                    : r.ending == Ending::kCancelled   ? "cancel"
+                                                       : "length";
   std::fprintf(stderr,
                "[compute] stats: %zu tokens generated (ended by %s), prefill %.2f s, %.4f s/token, "
                "waits trunk %.2f s expert %.2f s, %llu rejected messages\n",

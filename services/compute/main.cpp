@@ -50,6 +50,16 @@ int main(int argc, char** argv) {
   app.add_flag("--tf-check", opt.tf_check, "teacher forcing: argmax at every prompt position");
   auto* eps_opt = app.add_option("--mla-norm-eps", mla_eps, "epsilon of the MLA latent norms");
   app.add_option("--out", opt.out, "JSON report");
+  std::vector<std::string> stop_id_text;
+  app.add_option("--stop-id", stop_id_text, "a token id that ends generation after being emitted (repeatable)")
+      ->allow_extra_args(false);
+  std::string stop_ids_text;
+  app.add_option("--stop-ids", stop_ids_text, "token ids that end generation, comma separated");
+  app.add_flag("--ignore-eos", opt.ignore_eos,
+               "do not stop at the model's end ids (config.json eos_token_id; [EOS] and <|end_of_msg|> when the "
+               "directory holds a tokenizer): run to --gen");
+  app.add_option("--context", opt.context,
+                 "prompt + generated tokens at most this many (default: the model's max_position_embeddings)");
   app.add_option("--expert-inputs", opt.expert_inputs,
                  "routed-expert inputs: f32 (exact, default) or bf16 (rounded, as the official reference)")
       ->check(CLI::IsMember({"f32", "bf16"}));
@@ -101,6 +111,14 @@ int main(int argc, char** argv) {
     if (ids_text.empty()) throw k3::UsageError("--ids is required");
     for (int64_t id : k3::ParseIdList(ids_text, "--ids", int64_t{INT32_MAX} + 1)) opt.ids.push_back(static_cast<int32_t>(id));
     if (eps_opt->count() > 0) opt.mla_norm_eps = mla_eps;
+    if (!stop_ids_text.empty())
+      for (int64_t id : k3::ParseIdList(stop_ids_text, "--stop-ids", int64_t{INT32_MAX} + 1))
+        opt.stop_ids.push_back(static_cast<int32_t>(id));
+    for (const std::string& one : stop_id_text) {
+      const std::vector<int64_t> v = k3::ParseIdList(one, "--stop-id", int64_t{INT32_MAX} + 1);
+      if (v.size() != 1) throw k3::UsageError("--stop-id takes one id ('" + one + "'); use --stop-ids for a list");
+      opt.stop_ids.push_back(static_cast<int32_t>(v[0]));
+    }
     return k3::compute::RunStandalone(opt);
   });
 }

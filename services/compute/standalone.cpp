@@ -15,6 +15,7 @@
 
 #include "../../common/error.h"
 #include "../../common/median.h"
+#include "common/end_ids.h"
 #include "common/service/service_shell.h"
 #include "common/stdout_writer.h"
 #include "forward.h"
@@ -68,11 +69,29 @@ int RunStandalone(const StandaloneOptions& opt) {
     if (id < 0 || id >= cfg.vocab_size)
       throw UsageError("--ids: id " + std::to_string(id) + " outside [0," +
                        std::to_string(cfg.vocab_size) + ")");
+  for (int32_t id : opt.stop_ids)
+    if (id >= cfg.vocab_size)
+      throw UsageError("--stop-id: id " + std::to_string(id) + " outside [0," + std::to_string(cfg.vocab_size) + ")");
+  if (opt.context < 0) throw UsageError("--context must be >= 1");
+  // Prompt + generated ids never exceed the context: a prompt that does not fit is refused
+  // before any weight is mapped.
+  const int64_t context = opt.context > 0 ? opt.context : cfg.max_position_embeddings;
+  // End ids: config.json's, plus the tokenizer's [EOS] / <|end_of_msg|> when the checkpoint
+  // directory holds a tokenizer (tiktoken.model), as k3-launch does.
+  std::vector<int32_t> stop_ids = opt.stop_ids;
+  if (!opt.ignore_eos) {
+    const bool has_tok = std::filesystem::exists(std::filesystem::path(opt.model_dir) / "tiktoken.model");
+    stop_ids = MergeIds(DefaultEndIds(cfg, has_tok ? opt.model_dir : ""), stop_ids);
+  }
   // A state file is checked completely (model, checksum, ...) before any weight is mapped.
   std::optional<state::ModelIdentity> identity;
   std::optional<SavedSequence> loaded;
   if (!opt.load_state.empty() || !opt.save_state.empty()) identity = state::IdentifyModel(opt.model_dir);
   if (!opt.load_state.empty()) loaded = LoadSequence(opt.load_state, cfg, *identity, 0);
+  const int64_t held = static_cast<int64_t>(opt.ids.size() + (loaded ? loaded->ids.size() : 0));
+  if (context > 0 && held > context)
+    throw UsageError("the prompt has " + std::to_string(held) + " tokens" + (loaded ? " with the loaded state" : "") +
+                     " but the context is " + std::to_string(context) + " (--context): it does not fit");
   const int threads = opt.threads > 0 ? opt.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
 
@@ -112,6 +131,8 @@ int RunStandalone(const StandaloneOptions& opt) {
   gp.gen = opt.gen;
   gp.full_recompute = opt.full_recompute;
   gp.prefill_chunk = opt.prefill_chunk;
+  gp.stop_ids = stop_ids;
+  gp.max_positions = context;
   gp.all_positions = opt.tf_check || tracer;
   gp.tracer = tracer.get();
   std::vector<int32_t> tf_pred;
@@ -190,6 +211,7 @@ int RunStandalone(const StandaloneOptions& opt) {
                         {"layers", cfg.num_layers}};
     if (interrupted) r["interrupted"] = true;
     if (loaded) r["state_loaded_tokens"] = loaded->ids.size();
+    r["finish_reason"] = interrupted ? "interrupted" : res.ending == Ending::kStopId ? "stop" : "length";
     if (opt.tf_check) r["tf_pred"] = tf_pred;
     if (opt.prefetch_hints) {
       r["hint_layers"] = hs.hints;

@@ -24,6 +24,9 @@ struct StandaloneOptions {
   bool prefetch_hints = false;        // next-layer expert guesses (expert_hints.h); here: recall only
   std::string save_state;             // state file written after the run (docs/formats.md "State file")
   std::string load_state;             // state file continued: `ids` are appended to its sequence
+  std::vector<int32_t> stop_ids;      // --stop-id / --stop-ids: end generation after emitting one
+  bool ignore_eos = false;            // do not add the model's end ids (common/end_ids.h)
+  int64_t context = 0;                // prompt + generated at most this; 0: max_position_embeddings
 };
 
 // Runs and returns the process exit code (0); throws k3::Error on failure.

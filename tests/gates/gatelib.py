@@ -79,8 +79,9 @@ def ids_arg(ids):
 def run_engine(exe, out_dir, tag, ids, gen, *extra):
     """Run k3-compute standalone; returns (report dict, path prefix of the outputs)."""
     base = os.path.join(out_dir, tag)
+    # --ignore-eos: the reference knows no end ids, so the engine runs exactly --gen tokens too.
     cmd = list(exe) + ["--standalone", model_dir(), "--ids", ids_arg(ids), "--gen", str(gen),
-                         "--out", base + ".json", *extra]
+                         "--ignore-eos", "--out", base + ".json", *extra]
     run(cmd)
     with open(base + ".json") as f:
         return json.load(f), base

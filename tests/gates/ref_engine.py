@@ -28,6 +28,7 @@ def main():
     ap.add_argument("--dump-logits")
     ap.add_argument("--dump-trace")
     ap.add_argument("--tf-check", action="store_true")
+    ap.add_argument("--ignore-eos", action="store_true", help="accepted: the reference always runs --gen tokens")
     ap.add_argument("--out", required=True)
     ap.add_argument("--perturb-logits", type=float, default=0.0, help="relative noise added to every logit")
     ap.add_argument("--mla-norm-eps", type=float, default=1e-6)

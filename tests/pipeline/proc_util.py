@@ -81,3 +81,21 @@ def env_for_ptrace():
     env = dict(os.environ)
     env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
     return env
+
+
+def launch_report(argv, out_json, timeout):
+    """Runs a k3-launch command line with `--out out_json` appended; returns (returncode, stdout,
+    stderr, report or None, seconds, leftovers): leftovers lists the /dev/shm names and child
+    pids the run left behind (both must be empty)."""
+    import json
+    import subprocess
+    t0 = time.monotonic()
+    p = subprocess.Popen(list(argv) + ["--out", out_json], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    o, e = p.communicate(timeout=timeout)
+    took = time.monotonic() - t0
+    leftovers = shm_names(p.pid) + children_of(p.pid)
+    report = None
+    if os.path.exists(out_json):
+        with open(out_json) as f:
+            report = json.load(f)
+    return p.returncode, o.decode("utf-8", "replace"), e.decode("utf-8", "replace"), report, took, leftovers

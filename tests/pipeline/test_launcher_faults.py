@@ -8,7 +8,7 @@
 - SIGINT / SIGTERM / SIGHUP during a long generation: stop within 2 s, exit 5, the summary and
   a report marked "interrupted". Output to a closed pipe (| head) ends quietly with exit 5.
 - --stop-ids ends generation after one of the ids (compute obeys Generate.stop_ids); the report's
-  finish_reason (compute's Done.reason) says length, stop_id or interrupted.
+  finish_reason (compute's Done.reason) says length, stop or interrupted.
 - In a real terminal (tmux): the generated text is intact next to the progress line, and
   --quiet leaves only the ids and the summary.
 Every run checks that no /dev/shm/k3-* name and no child process is left behind.
@@ -183,9 +183,9 @@ class LauncherFaults(unittest.TestCase):
         rc, out, err = self.run_launch("--ids", IDS, "--gen", "12", "--stop-ids", "%d,4351" % stop, "--out", out_json)
         self.assertEqual(rc, 0, err[-2000:])
         self.assertEqual([int(x) for x in out.split()], expect)
-        self.assertIn("%d tokens (ended: stop_id)" % len(expect), err)
+        self.assertIn("%d tokens (ended: stop)" % len(expect), err)
         with open(out_json) as f:
-            self.assertEqual(json.load(f)["finish_reason"], "stop_id")
+            self.assertEqual(json.load(f)["finish_reason"], "stop")
         toml = os.path.join(self.tmp, "stop.toml")
         with open(toml, "w") as f:
             f.write('model = "%s"\nbudget = "2G"\ngen = 12\nstop_ids = [%d]\n' % (DEMO_MODEL, stop))

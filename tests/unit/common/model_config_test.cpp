@@ -77,6 +77,21 @@ TEST_F(ModelConfigTest, RealConfigLoads) {
   }
 }
 
+TEST_F(ModelConfigTest, EosTokenIdIsOneIdOrAList) {
+  EXPECT_EQ(Parse().eos_token_ids, (std::vector<int64_t>{163586}));
+  cfg_["eos_token_id"] = json::array({163585, 163586});
+  const ModelConfig c = Parse();
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{163585, 163586}));
+  EXPECT_EQ(c.eos_token_id, 163585);
+  cfg_["eos_token_id"] = json::array({163585, 163840});
+  ExpectRefused({"eos_token_id", "163840"});
+  cfg_["eos_token_id"] = json::array({163585, "x"});
+  ExpectRefused({"eos_token_id"});
+  cfg_["eos_token_id"] = nullptr;
+  cfg_["text_config"]["eos_token_id"] = nullptr;
+  EXPECT_TRUE(Parse().eos_token_ids.empty());
+}
+
 TEST_F(ModelConfigTest, FlatTextConfigLoadsTheSame) {
   const ModelConfig nested = Parse();
   json flat = tc();

@@ -53,6 +53,34 @@ TEST_F(Greedy, StopIdEndsRightAfterItsFirstOccurrence) {
   EXPECT_EQ(r.token_seconds.size(), first);
 }
 
+TEST_F(Greedy, MaxPositionsCapsPromptPlusGenerated) {
+  const GreedyResult full = Run(params_);
+  GreedyParams p = params_;
+  p.max_positions = 13;  // 8 prompt ids + 5
+  const GreedyResult r = Run(p);
+  EXPECT_EQ(r.ending, Ending::kLength);
+  ASSERT_EQ(r.generated.size(), 5u);
+  EXPECT_TRUE(std::equal(r.generated.begin(), r.generated.end(), full.generated.begin()));
+  p.max_positions = 8;  // the prompt fills it: the prompt pass, no token
+  const GreedyResult none = Run(p);
+  EXPECT_TRUE(none.prefill_done);
+  EXPECT_TRUE(none.generated.empty());
+  EXPECT_EQ(none.ending, Ending::kLength);
+  p.max_positions = 100;  // more room than gen: gen decides
+  EXPECT_EQ(Run(p).generated.size(), 12u);
+}
+
+TEST_F(Greedy, CancelBetweenTokensKeepsThePrefix) {
+  const GreedyResult full = Run(params_);
+  GreedyHooks h;
+  int asked = 0;
+  h.cancelled = [&] { return ++asked == 3; };
+  const GreedyResult r = Run(params_, h);
+  EXPECT_EQ(r.ending, Ending::kCancelled);
+  ASSERT_EQ(r.generated.size(), 3u);
+  EXPECT_TRUE(std::equal(r.generated.begin(), r.generated.end(), full.generated.begin()));
+}
+
 TEST_F(Greedy, StopBetweenTokensKeepsThePrefix) {
   const GreedyResult full = Run(params_);
   GreedyHooks h;

@@ -155,6 +155,36 @@ TEST_F(FlagsTest, FlagsOverrideTheToml) {
   EXPECT_EQ(o.threads, 0);
 }
 
+TEST_F(FlagsTest, StopFlagsRepeatAndAddUp) {
+  LaunchOptions o;
+  ASSERT_EQ(Parse({"--stop-id", "9", "--stop-ids", "7,8", "--stop-id", "3", "--stop", "a b", "--stop", "\n\n",
+                   "--ignore-eos"},
+                  o).first,
+            0);
+  EXPECT_EQ(o.stop_ids, (std::vector<int32_t>{7, 8, 9, 3}));  // the flags replace the TOML's [4]
+  EXPECT_EQ(o.stop, (std::vector<std::string>{"a b", "\n\n"}));
+  EXPECT_TRUE(o.ignore_eos);
+  ASSERT_EQ(Parse({"--stop-id", "5"}, o).first, 0);
+  EXPECT_EQ(o.stop_ids, std::vector<int32_t>{5});
+  EXPECT_FALSE(o.ignore_eos);
+  EXPECT_EQ(Parse({"--stop-id", "1,2"}, o).first, kExitUsage);
+  EXPECT_EQ(Parse({"--stop-id", "-1"}, o).first, kExitUsage);
+  EXPECT_EQ(Parse({"--stop", ""}, o).first, kExitUsage);
+}
+
+TEST(Toml, StopAndIgnoreEos) {
+  LaunchOptions o;
+  ASSERT_EQ(Toml("stop = [\"END\", \"\\n\\n\"]\nignore_eos = true\n", o).first, 0);
+  EXPECT_EQ(o.stop, (std::vector<std::string>{"END", "\n\n"}));
+  EXPECT_TRUE(o.ignore_eos);
+  for (const char* bad : {"stop = \"END\"\n", "stop = [1]\n", "stop = [\"\"]\n", "ignore_eos = 1\n"}) {
+    LaunchOptions p;
+    const auto [code, msg] = Toml(bad, p);
+    EXPECT_EQ(code, kExitUsage) << bad;
+    EXPECT_NE(msg.find(std::string(bad).substr(0, 4)), std::string::npos) << msg;
+  }
+}
+
 TEST_F(FlagsTest, RangeChecks) {
   LaunchOptions o;
   for (const std::vector<std::string>& bad :

@@ -117,15 +117,30 @@ TEST(Report, SummaryLines) {
                           [](const std::string& l) { return l.find("next-layer expert hints") != std::string::npos; }));
 }
 
+TEST(Report, StopTextMakesFinishReasonStop) {
+  RunRecord rec = Recorded();
+  rec.finish_reason = ipc::compute::StopReason::kCancelled;
+  EXPECT_EQ(BuildReport(rec, Plan(), ArenaSizes{})["finish_reason"], "cancelled");
+  rec.stop_text = "\n\n";
+  nlohmann::json r = BuildReport(rec, Plan(), ArenaSizes{});
+  EXPECT_EQ(r["finish_reason"], "stop");
+  EXPECT_EQ(r["stop_text"], "\n\n");
+  rec.finish_reason = ipc::compute::StopReason::kLength;  // Done came before the text was decoded
+  EXPECT_EQ(BuildReport(rec, Plan(), ArenaSizes{})["finish_reason"], "stop");
+  rec.interrupted = true;
+  rec.finish_reason = ipc::compute::StopReason::kInterrupted;
+  EXPECT_EQ(BuildReport(rec, Plan(), ArenaSizes{})["finish_reason"], "interrupted");
+}
+
 TEST(Report, FinishReasonIsComputesDoneReason) {
   EXPECT_STREQ(FinishReasonName(ipc::compute::StopReason::kLength), "length");
-  EXPECT_STREQ(FinishReasonName(ipc::compute::StopReason::kStopId), "stop_id");
+  EXPECT_STREQ(FinishReasonName(ipc::compute::StopReason::kStopId), "stop");
   EXPECT_STREQ(FinishReasonName(ipc::compute::StopReason::kInterrupted), "interrupted");
   RunRecord rec = Recorded();
   rec.finish_reason = ipc::compute::StopReason::kStopId;
   nlohmann::json r = BuildReport(rec, Plan(), ArenaSizes{});
-  EXPECT_EQ(r["finish_reason"], "stop_id");
-  EXPECT_EQ(SummaryLines(r, 1 << 30)[0], "[launch] 4 tokens (ended: stop_id), 0.2000 s/token, prefill 0.250 s");
+  EXPECT_EQ(r["finish_reason"], "stop");
+  EXPECT_EQ(SummaryLines(r, 1 << 30)[0], "[launch] 4 tokens (ended: stop), 0.2000 s/token, prefill 0.250 s");
   rec.finish_reason = ipc::compute::StopReason::kInterrupted;
   rec.interrupted = true;
   rec.stop_reason = "interrupted by SIGTERM";

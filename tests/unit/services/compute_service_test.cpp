@@ -199,6 +199,71 @@ TEST_F(ComputeServiceTest, StopSignalWhileWaitingForWeightsEndsTheRequest) {
   EXPECT_LT(took, 1.0);
 }
 
+// Cancel{request_id} (issue 13): compute looks at its launcher socket between steps. A Cancel
+// for the running request ends it (Done Cancelled, the tokens sent so far); a Cancel for any
+// other request is ignored; a Generate that arrives during a request is answered after it.
+TEST_F(ComputeServiceTest, CancelEndsTheRunningRequestOnly) {
+  const std::vector<int32_t> prompt = {1, 5, 9, 200, 77, 3, 18, 42};
+  Send(11, prompt, 1000000, false, 0, {});
+  std::vector<int32_t> ids;
+  while (ids.size() < 3) {
+    auto m = Next();
+    ASSERT_TRUE(m) << launcher_.ReadStderr("compute");
+    if (const auto* t = std::get_if<cp::Token>(&*m)) ids.push_back(t->id);
+  }
+  ipc::SendMessage(compute_ep_, ipc::Encode(cp::Cancel{99}), {}, "compute");  // not this request
+  Send(12, prompt, 4, false, 0, {});  // waits for request 11
+  ipc::SendMessage(compute_ep_, ipc::Encode(cp::Cancel{11}), {}, "compute");
+  std::vector<int32_t> tail;
+  auto d = Collect(tail);
+  ASSERT_TRUE(d) << launcher_.ReadStderr("compute");
+  EXPECT_EQ(d->request_id, 11u);
+  EXPECT_EQ(d->reason, cp::StopReason::kCancelled);
+  EXPECT_EQ(d->stats.generated_tokens, static_cast<int32_t>(ids.size() + tail.size()));
+  EXPECT_LT(d->stats.generated_tokens, 1000);
+  // The Generate that came during request 11 was kept and is answered now, in full.
+  std::vector<int32_t> second;
+  d = Collect(second);
+  ASSERT_TRUE(d) << launcher_.ReadStderr("compute");
+  EXPECT_EQ(d->request_id, 12u);
+  EXPECT_EQ(d->reason, cp::StopReason::kLength);
+  ASSERT_EQ(second.size(), 4u);
+  // Greedy from the same prompt: the same first tokens as request 11.
+  EXPECT_EQ(std::vector<int32_t>(second.begin(), second.begin() + 3), std::vector<int32_t>(ids.begin(), ids.begin() + 3));
+  // A Cancel for a request that has ended changes nothing.
+  ipc::SendMessage(compute_ep_, ipc::Encode(cp::Cancel{12}), {}, "compute");
+  Send(13, prompt, 2, false, 0, {});
+  std::vector<int32_t> third;
+  d = Collect(third);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->request_id, 13u);
+  EXPECT_EQ(d->reason, cp::StopReason::kLength);
+  EXPECT_EQ(third.size(), 2u);
+}
+
+// Generate.max_positions: prompt + generated never exceed it (Done says Length); a prompt
+// longer than it is refused (exit 7, the two numbers named).
+TEST_F(ComputeServiceTest, MaxPositionsBoundsTheGeneration) {
+  cp::Generate g;
+  g.request_id = 21;
+  g.ids = {1, 5, 9, 200, 77, 3, 18, 42};
+  g.gen = 100;
+  g.max_positions = 12;
+  Send(g);
+  std::vector<int32_t> ids;
+  auto d = Collect(ids);
+  ASSERT_TRUE(d) << launcher_.ReadStderr("compute");
+  EXPECT_EQ(d->reason, cp::StopReason::kLength);
+  EXPECT_EQ(ids.size(), 4u);
+  g.request_id = 22;
+  g.max_positions = 7;
+  Send(g);
+  EXPECT_EQ(compute_.Wait(10s), 7);
+  const std::string err = launcher_.ReadStderr("compute");
+  EXPECT_NE(err.find("8 tokens"), std::string::npos) << err;
+  EXPECT_NE(err.find("max_positions 7"), std::string::npos) << err;
+}
+
 TEST_F(ComputeServiceTest, PrefillProgressArrivesAsStats) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < 200; ++i) prompt.push_back((i * 37 + 5) % 250);
