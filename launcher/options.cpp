@@ -14,6 +14,8 @@
 
 #include "common/error.h"
 #include "common/id_list.h"
+#include "common/sampling_check.h"
+#include "common/sampling_flags.h"
 #include "common/version.h"
 
 namespace k3::launch {
@@ -59,6 +61,10 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
       if (v < INT_MIN || v > INT_MAX) throw bad("an integer in int range");
       return static_cast<int>(v);
     };
+    auto number = [&]() {  // sampling parameters are floats on the wire
+      if (!node.is_number()) throw bad("a number");
+      return static_cast<float>(*node.value<double>());
+    };
     if (k == "model") opt.model = ResolvePath(base_dir, str());
     else if (k == "tokenizer") opt.tokenizer = ResolvePath(base_dir, str());
     else if (k == "budget") opt.budget = node.is_integer() ? std::to_string(integer()) : str();
@@ -97,7 +103,25 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
         opt.stop_ids.push_back(static_cast<int32_t>(*e.value<int64_t>()));
       }
     } else if (k == "out") opt.out = str();
-    else throw UsageError(source_name + ": unknown key '" + k + "'");
+    // Sampling and scoring (docs/sampling.md); ranges in CheckOptions.
+    else if (k == "temperature") opt.sampling.temperature = number();
+    else if (k == "top_p") opt.sampling.top_p = number();
+    else if (k == "min_p") opt.sampling.min_p = number();
+    else if (k == "repeat_penalty") opt.sampling.repeat_penalty = number();
+    else if (k == "presence_penalty") opt.sampling.presence_penalty = number();
+    else if (k == "frequency_penalty") opt.sampling.frequency_penalty = number();
+    else if (k == "top_k") opt.sampling.top_k = small_int();
+    else if (k == "repeat_last_n") opt.sampling.repeat_last_n = small_int();
+    else if (k == "logprobs") opt.logprobs = small_int();
+    else if (k == "seed") {
+      const int64_t v = integer();
+      if (v < 0) throw bad("a non-negative integer");
+      opt.sampling.seed = static_cast<uint64_t>(v);
+      opt.seed_given = true;
+    } else if (k == "perplexity") {
+      if (!node.is_boolean()) throw bad("true or false");
+      opt.perplexity = *node.value<bool>();
+    } else throw UsageError(source_name + ": unknown key '" + k + "'");
   }
 }
 
@@ -135,6 +159,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_flag("--no-prefetch-hints", no_hints, "do not send next-layer expert guesses to the fetcher");
   app.add_flag("--probe-membw", cli.probe_membw,
                "benchmarks: compute times one read of the resident weights after every decode step");
+  SamplingFlags sf;
+  AddSamplingFlags(app, sf);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -180,6 +206,22 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   opt.dry_run = cli.dry_run;
   if (no_hints) opt.prefetch_hints = false;
   opt.probe_membw = cli.probe_membw;
+  {  // sampling flags given on the command line win over the TOML
+    ipc::compute::Sampling& to = opt.sampling;
+    const ipc::compute::Sampling& from = sf.sampling;
+    if (sf.Given("--temperature")) to.temperature = from.temperature;
+    if (sf.Given("--top-k")) to.top_k = from.top_k;
+    if (sf.Given("--top-p")) to.top_p = from.top_p;
+    if (sf.Given("--min-p")) to.min_p = from.min_p;
+    if (sf.Given("--repeat-penalty")) to.repeat_penalty = from.repeat_penalty;
+    if (sf.Given("--repeat-last-n")) to.repeat_last_n = from.repeat_last_n;
+    if (sf.Given("--presence-penalty")) to.presence_penalty = from.presence_penalty;
+    if (sf.Given("--frequency-penalty")) to.frequency_penalty = from.frequency_penalty;
+    if (sf.Given("--seed")) to.seed = from.seed, opt.seed_given = true;
+    if (sf.Given("--logprobs")) opt.logprobs = sf.logprobs;
+    if (sf.perplexity) opt.perplexity = true;
+    if (!opt.seed_given) opt.sampling.seed = RandomSeed();
+  }
 
   CheckOptions(opt);
   return opt;
@@ -205,6 +247,7 @@ void CheckOptions(const LaunchOptions& opt) {
     throw UsageError("expert_server_timeout must be between 0.1 and 86400 seconds");
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
     throw UsageError("--io: unknown backend '" + opt.io + "' (direct, pread, uring, mmap)");
+  if (const std::string bad = SamplingProblem(opt.sampling, opt.logprobs); !bad.empty()) throw UsageError(bad);
 }
 
 }  // namespace k3::launch

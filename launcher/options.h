@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/ipc/messages.h"
+
 namespace k3::launch {
 
 struct LaunchOptions {
@@ -35,6 +37,11 @@ struct LaunchOptions {
   bool probe_membw = false;       // benchmarks: compute times a read of the resident weights per step
   double ready_timeout = 120;     // seconds to wait for every service's Ready
   double shutdown_timeout = 5;    // seconds between Shutdown and SIGTERM
+  // Sampling and scoring (docs/sampling.md): default greedy; seed random unless given.
+  ipc::compute::Sampling sampling;
+  bool seed_given = false;
+  int32_t logprobs = -1;          // -1 off; N: logprob + the N most likely ids per generated token
+  bool perplexity = false;        // score the prompt teacher-forced
 };
 
 // The most compute threads k3-launch accepts: 4 x the online CPUs.

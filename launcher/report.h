@@ -34,6 +34,9 @@ struct RunRecord {
   bool prefetch_hints = false;
   bool interrupted = false;                           // stopped by a signal or a closed stdout
   std::string stop_reason;
+  ipc::compute::Sampling sampling;                    // as sent (seed included)
+  std::optional<std::vector<ipc::compute::Token>> logprobs;  // --logprobs: the Tokens received
+  bool perplexity = false;                            // --perplexity: Done's nll_sum / scored_tokens
 };
 
 // "length", "stop_id" or "interrupted": the report's finish_reason for Done.reason.

@@ -106,6 +106,7 @@ class Runner {
   std::map<std::string, ProcMemory> peak_;
   std::map<std::string, std::string> stderr_partial_;  // per service: its unfinished stderr line
   std::vector<int32_t> generated_;
+  std::vector<ipc::compute::Token> token_logprobs_;  // --logprobs: each Token as it arrived
   size_t prompt_sent_ = 0;  // ids in the Generate
   std::vector<Clock::time_point> token_arrivals_;  // when each generated token reached the launcher
   std::optional<ipc::compute::RunStats> done_;
@@ -233,6 +234,7 @@ void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
   if (const auto* t = std::get_if<ipc::compute::Token>(&r.message)) {
     if (t->request_id != kGenerateId || t->index != static_cast<int32_t>(generated_.size())) return;
     generated_.push_back(t->id);
+    if (opt_.logprobs >= 0) token_logprobs_.push_back(*t);
     token_arrivals_.push_back(Clock::now());
     if (tok_) tok_->PushIds({t->id});
     if (!(tok_ && in_.has_text)) Out(std::to_string(t->id) + "\n");  // ids in, ids out
@@ -363,6 +365,9 @@ void Runner::SendGenerate(const std::vector<int32_t>& ids) {
   g.full_recompute = opt_.full_recompute;
   g.prefill_chunk = static_cast<int32_t>(opt_.prefill_chunk);
   g.stop_ids = opt_.stop_ids;
+  g.sampling = opt_.sampling;
+  g.logprobs = opt_.logprobs;
+  g.perplexity = opt_.perplexity;
   t_generate_ = Clock::now();
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   for (;;) {  // the compute DEALER may not be known to the ROUTER yet (ROUTER_MANDATORY)
@@ -477,6 +482,9 @@ RunRecord Runner::Record(const std::vector<int32_t>& ids, bool interrupted, cons
   r.prefetch_hints = HintsSent();
   r.interrupted = interrupted;
   r.stop_reason = reason;
+  r.sampling = opt_.sampling;
+  if (opt_.logprobs >= 0) r.logprobs = token_logprobs_;
+  r.perplexity = opt_.perplexity;
   return r;
 }
 

@@ -53,7 +53,8 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
   const auto t1 = Clock::now();
   auto t_last = t1;  // end of the last completed decode step
   for (int64_t i = 0; i < p.gen; ++i) {
-    const int32_t next = Argmax(logits.data(), V);
+    const int32_t next = SampleToken(logits.data(), V, r.full, i, p.sampling);
+    if (hooks.on_chosen) hooks.on_chosen(logits.data(), next, i);
     r.generated.push_back(next);
     r.full.push_back(next);
     if (hooks.on_token) hooks.on_token(next, i);

@@ -12,6 +12,7 @@
 #include "common/id_list.h"
 #include "common/process_init.h"
 #include "common/run_main.h"
+#include "common/sampling_flags.h"
 #include "common/version.h"
 #include "compute_service.h"
 #include "omp_policy.h"
@@ -58,6 +59,8 @@ int main(int argc, char** argv) {
   app.add_flag("--prefetch-hints", opt.prefetch_hints,
                "guess each next layer's experts during decode and hint them to the expert source "
                "(standalone: only the guesses' recall is measured)");
+  k3::SamplingFlags sampling;
+  k3::AddSamplingFlags(app, sampling);
   // Pipeline mode (spawned by k3-launch; docs/pipeline.md "Command lines").
   k3::compute::PipelineOptions pipe;
   bool pipeline = false;
@@ -99,6 +102,10 @@ int main(int argc, char** argv) {
     if (ids_text.empty()) throw k3::UsageError("--ids is required");
     for (int64_t id : k3::ParseIdList(ids_text, "--ids", int64_t{INT32_MAX} + 1)) opt.ids.push_back(static_cast<int32_t>(id));
     if (eps_opt->count() > 0) opt.mla_norm_eps = mla_eps;
+    opt.sampling = sampling.sampling;
+    if (!sampling.Given("--seed")) opt.sampling.seed = k3::RandomSeed();
+    opt.logprobs = sampling.logprobs;
+    opt.perplexity = sampling.perplexity;
     return k3::compute::RunStandalone(opt);
   });
 }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "sampler.h"
+
 namespace k3::compute {
 
 struct StandaloneOptions {
@@ -22,6 +24,9 @@ struct StandaloneOptions {
   std::string expert_inputs = "f32";  // "f32" (exact) or "bf16" (ModelConfig::expert_inputs_bf16)
   bool probe_membw = false;           // read-bandwidth probe after every decode step (membw_probe.h)
   bool prefetch_hints = false;        // next-layer expert guesses (expert_hints.h); here: recall only
+  SamplingParams sampling;            // default greedy (docs/sampling.md)
+  int32_t logprobs = -1;              // -1 off; N: each token's logprob and the N most likely ids
+  bool perplexity = false;            // score the prompt teacher-forced
 };
 
 // Runs and returns the process exit code (0); throws k3::Error on failure.
