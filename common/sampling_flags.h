@@ -3,7 +3,10 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cstdint>
+#include <string>
+#include <system_error>
 #include <random>
 
 #include "common/ipc/messages.h"
@@ -34,7 +37,14 @@ inline void AddSamplingFlags(CLI::App& app, SamplingFlags& f) {
                  "subtracted once from each id already generated, [-2, 2] (0: off)");
   app.add_option("--frequency-penalty", s.frequency_penalty,
                  "subtracted per time an id was generated, [-2, 2] (0: off)");
-  app.add_option("--seed", s.seed, "sampling seed, 0 to 2^64-1 (default: a random one, written to the report)");
+  app.add_option("--seed", s.seed, "sampling seed, 0 to 2^64-1 (default: a random one, written to the report)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            uint64_t x = 0;
+            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+            return ec == std::errc() && end == v.data() + v.size() ? "" : "must be an integer from 0 to 2^64-1";
+          },
+          "UINT64"));
   app.add_option("--logprobs", f.logprobs,
                  "report each generated token's logprob and the N most likely ids, 0 to 100");
   app.add_flag("--perplexity", f.perplexity, "score the prompt teacher-forced: perplexity and nll_per_token");

@@ -183,7 +183,8 @@ class SamplingTest(unittest.TestCase):
     def test_out_of_range_options_exit_2_with_one_line(self):
         cases = [["--top-p", "1.5"], ["--top-p", "0"], ["--temperature", "-1"], ["--min-p", "2"],
                  ["--repeat-penalty", "0"], ["--repeat-last-n", "-2"], ["--presence-penalty", "3"],
-                 ["--frequency-penalty", "-2.5"], ["--top-k", "-1"], ["--logprobs", "101"], ["--seed", "-1"]]
+                 ["--frequency-penalty", "-2.5"], ["--top-k", "-1"], ["--logprobs", "101"], ["--seed", "-1"],
+                 ["--seed", "18446744073709551616"]]
         for extra in cases:
             for binary, args in (("k3-launch", [self.base.toml, "--ids", "1"]),
                                  ("k3-compute", ["--standalone", tp.MODEL, "--ids", "1"])):
