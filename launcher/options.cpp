@@ -137,7 +137,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   auto* ids = app.add_option("--ids", cli.ids, "prompt token ids, comma separated");
   prompt->excludes(prompt_file)->excludes(ids);
   prompt_file->excludes(ids);
-  app.add_option("--gen", cli.gen, "tokens to generate greedily");
+  app.add_option("--gen", cli.gen, "tokens to generate (greedy unless --temperature > 0)");
   app.add_option("--io", cli.io, "read backend: direct, pread, uring, mmap");
   app.add_option("--out", cli.out, "JSON report");
   app.add_option("--dump-logits", cli.dump_logits, "float32 logits choosing the first token");

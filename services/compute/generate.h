@@ -1,4 +1,4 @@
-// The greedy generation loop shared by the standalone and pipeline modes of k3-compute:
+// The generation loop (greedy by default, else sampler.h) shared by the standalone and pipeline modes of k3-compute:
 // the prompt in chunks, then one token at a time (or the whole prefix again with
 // full_recompute). Callers observe it through hooks; the loop itself never differs.
 #pragma once

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", k3::VersionLine("k3-compute"));
   app.add_option("--standalone", opt.model_dir, "checkpoint directory (standalone mode)");
   app.add_option("--ids", ids_text, "prompt token ids, comma separated");
-  app.add_option("--gen", opt.gen, "greedy tokens to generate (0 = prefill only)");
+  app.add_option("--gen", opt.gen, "tokens to generate (0 = prefill only)");
   app.add_flag("--full-recompute", opt.full_recompute, "re-run the whole prefix every step");
   app.add_option("--prefill-chunk", opt.prefill_chunk, "prompt tokens per forward chunk");
   app.add_option("--threads", opt.threads, "OpenMP threads (default: all cores)");

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "generate.h"
+
 namespace k3::compute {
 namespace {
 
@@ -68,12 +70,7 @@ double UniformAt(uint64_t seed, uint64_t position) {
 
 int32_t SampleToken(const float* logits, int64_t V, std::span<const int32_t> ids, int64_t generated,
                     const SamplingParams& s) {
-  if (s.temperature <= 0 && PenaltiesOff(s)) {  // greedy: exactly generate.h's Argmax
-    int64_t best = 0;
-    for (int64_t i = 1; i < V; ++i)
-      if (logits[i] > logits[best]) best = i;
-    return static_cast<int32_t>(best);
-  }
+  if (s.temperature <= 0 && PenaltiesOff(s)) return Argmax(logits, V);  // greedy, as before sampling existed
   const std::vector<double> z = Penalised(logits, V, ids, generated, s);
   if (s.temperature <= 0) {  // greedy over the penalised logits, ties to the lowest id
     int64_t best = 0;

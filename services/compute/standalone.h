@@ -1,5 +1,5 @@
 // Standalone mode of k3-compute: loads a checkpoint directory by mmap, runs the prompt in
-// chunks and greedy decoding, and writes the report / logits / trace files of
+// chunks and decoding (greedy by default; sampler.h), and writes the report / logits / trace files of
 // docs/test-contracts.md. Errors are k3::Error with the contract's exit codes.
 #pragma once
 #include <cstdint>
