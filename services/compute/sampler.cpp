@@ -80,12 +80,13 @@ int32_t SampleToken(const float* logits, int64_t V, std::span<const int32_t> ids
   }
   // Step 2: candidates by descending logit, ties by ascending id (a total order: any correct sort
   // gives the same sequence). Step 3: top-k keeps the first k.
-  std::vector<int32_t> order(static_cast<size_t>(V));
-  for (int64_t i = 0; i < V; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  auto before = [&](int32_t a, int32_t b) {
-    const double za = z[static_cast<size_t>(a)], zb = z[static_cast<size_t>(b)];
-    return za > zb || (za == zb && a < b);
+  struct Candidate {
+    double z;
+    int32_t id;
   };
+  std::vector<Candidate> order(static_cast<size_t>(V));  // value next to id: a cache-friendly sort
+  for (int64_t i = 0; i < V; ++i) order[static_cast<size_t>(i)] = {z[static_cast<size_t>(i)], static_cast<int32_t>(i)};
+  auto before = [](const Candidate& a, const Candidate& b) { return a.z > b.z || (a.z == b.z && a.id < b.id); };
   if (s.top_k > 0 && s.top_k < V) {
     std::partial_sort(order.begin(), order.begin() + s.top_k, order.end(), before);
     order.resize(static_cast<size_t>(s.top_k));
@@ -93,12 +94,12 @@ int32_t SampleToken(const float* logits, int64_t V, std::span<const int32_t> ids
     std::sort(order.begin(), order.end(), before);
   }
   // Step 4: temperature, then unnormalised probabilities exp((z - zmax) / T) in that order.
-  const double T = s.temperature, zmax = z[static_cast<size_t>(order[0])];
-  if (!std::isfinite(zmax)) return order[0];
+  const double T = s.temperature, zmax = order[0].z;
+  if (!std::isfinite(zmax)) return order[0].id;
   std::vector<double> p(order.size());
   double total = 0;
   for (size_t i = 0; i < order.size(); ++i) {
-    p[i] = std::exp((z[static_cast<size_t>(order[i])] - zmax) / T);
+    p[i] = std::exp((order[i].z - zmax) / T);
     total += p[i];
   }
   size_t keep = order.size();
@@ -128,9 +129,9 @@ int32_t SampleToken(const float* logits, int64_t V, std::span<const int32_t> ids
   double c = 0;
   for (size_t i = 0; i < keep; ++i) {
     c += p[i];
-    if (target < c) return order[i];
+    if (target < c) return order[i].id;
   }
-  return order[keep - 1];  // rounding at the very top of the range
+  return order[keep - 1].id;  // rounding at the very top of the range
 }
 
 double LogSumExp(const float* logits, int64_t V) {
