@@ -24,7 +24,7 @@ bool PenaltiesOff(const SamplingParams& s) {
   return (s.repeat_penalty == 1.0f || s.repeat_last_n == 0) && s.presence_penalty == 0 && s.frequency_penalty == 0;
 }
 
-// Step 1: the penalised logits, in double. repeat_penalty once per distinct id among the last
+// Step 1 (docs/sampling.md): the penalised logits, in double. repeat_penalty once per distinct id among the last
 // repeat_last_n ids of the sequence (prompt included); then presence/frequency per distinct id
 // among this request's generated ids. Each id's value depends on that id alone: no order effects.
 std::vector<double> Penalised(const float* logits, int64_t V, std::span<const int32_t> ids, int64_t generated,
@@ -72,14 +72,14 @@ int32_t SampleToken(const float* logits, int64_t V, std::span<const int32_t> ids
                     const SamplingParams& s) {
   if (s.temperature <= 0 && PenaltiesOff(s)) return Argmax(logits, V);  // greedy, as before sampling existed
   const std::vector<double> z = Penalised(logits, V, ids, generated, s);
-  if (s.temperature <= 0) {  // greedy over the penalised logits, ties to the lowest id
+  if (s.temperature <= 0) {  // Step 2: greedy over the penalised logits, ties to the lowest id
     int64_t best = 0;
     for (int64_t i = 1; i < V; ++i)
       if (z[static_cast<size_t>(i)] > z[static_cast<size_t>(best)]) best = i;
     return static_cast<int32_t>(best);
   }
-  // Step 2: candidates by descending logit, ties by ascending id (a total order: any correct sort
-  // gives the same sequence). Step 3: top-k keeps the first k.
+  // Step 3: candidates by descending logit, ties by ascending id (a total order: any correct sort
+  // gives the same sequence); top-k keeps the first k.
   struct Candidate {
     double z;
     int32_t id;
