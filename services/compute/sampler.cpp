@@ -24,9 +24,9 @@ bool PenaltiesOff(const SamplingParams& s) {
   return (s.repeat_penalty == 1.0f || s.repeat_last_n == 0) && s.presence_penalty == 0 && s.frequency_penalty == 0;
 }
 
-// Step 1 (docs/sampling.md): the penalised logits, in double. repeat_penalty once per distinct id among the last
-// repeat_last_n ids of the sequence (prompt included); then presence/frequency per distinct id
-// among this request's generated ids. Each id's value depends on that id alone: no order effects.
+// Step 1 (docs/sampling.md): the penalised logits, in double. repeat_penalty once per distinct
+// id among the last repeat_last_n ids of the sequence (prompt included); then presence/frequency
+// per distinct id among this request's generated ids. Each id's value depends on that id alone: no order effects.
 std::vector<double> Penalised(const float* logits, int64_t V, std::span<const int32_t> ids, int64_t generated,
                               const SamplingParams& s) {
   std::vector<double> z(static_cast<size_t>(V));

@@ -186,8 +186,9 @@ int RunStandalone(const StandaloneOptions& opt) {
     if (opt.perplexity) {
       r["scored_tokens"] = scorer.scored;
       r["nll_sum"] = scorer.nll_sum;
-      r["nll_per_token"] = scorer.scored > 0 ? nlohmann::json(scorer.nll_sum / static_cast<double>(scorer.scored)) : nlohmann::json();
-      r["perplexity"] = scorer.scored > 0 ? nlohmann::json(std::exp(scorer.nll_sum / static_cast<double>(scorer.scored))) : nlohmann::json();
+      const double nll = scorer.scored > 0 ? scorer.nll_sum / static_cast<double>(scorer.scored) : 0.0;
+      r["nll_per_token"] = scorer.scored > 0 ? nlohmann::json(nll) : nlohmann::json();  // null: nothing scored
+      r["perplexity"] = scorer.scored > 0 ? nlohmann::json(std::exp(nll)) : nlohmann::json();
     }
     if (opt.prefetch_hints) {
       r["hint_layers"] = hs.hints;
