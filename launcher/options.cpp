@@ -15,6 +15,8 @@
 #include "common/error.h"
 #include "common/ipc/curve.h"
 #include "common/id_list.h"
+#include "common/sampling_check.h"
+#include "common/sampling_flags.h"
 #include "common/version.h"
 
 namespace k3::launch {
@@ -59,6 +61,10 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
       const int64_t v = integer();
       if (v < INT_MIN || v > INT_MAX) throw bad("an integer in int range");
       return static_cast<int>(v);
+    };
+    auto number = [&]() {  // sampling parameters are floats on the wire
+      if (!node.is_number()) throw bad("a number");
+      return static_cast<float>(*node.value<double>());
     };
     if (k == "model") opt.model = ResolvePath(base_dir, str());
     else if (k == "tokenizer") opt.tokenizer = ResolvePath(base_dir, str());
@@ -137,7 +143,25 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     } else if (k == "out") opt.out = str();
     else if (k == "save_state") opt.save_state = str();  // an output, like out
     else if (k == "load_state") opt.load_state = ResolvePath(base_dir, str());
-    else throw UsageError(source_name + ": unknown key '" + k + "'");
+    // Sampling and scoring (docs/sampling.md); ranges in CheckOptions.
+    else if (k == "temperature") opt.sampling.temperature = number();
+    else if (k == "top_p") opt.sampling.top_p = number();
+    else if (k == "min_p") opt.sampling.min_p = number();
+    else if (k == "repeat_penalty") opt.sampling.repeat_penalty = number();
+    else if (k == "presence_penalty") opt.sampling.presence_penalty = number();
+    else if (k == "frequency_penalty") opt.sampling.frequency_penalty = number();
+    else if (k == "top_k") opt.sampling.top_k = small_int();
+    else if (k == "repeat_last_n") opt.sampling.repeat_last_n = small_int();
+    else if (k == "logprobs") opt.logprobs = small_int();
+    else if (k == "seed") {
+      const int64_t v = integer();
+      if (v < 0) throw bad("a non-negative integer");
+      opt.sampling.seed = static_cast<uint64_t>(v);
+      opt.seed_given = true;
+    } else if (k == "perplexity") {
+      if (!node.is_boolean()) throw bad("true or false");
+      opt.perplexity = *node.value<bool>();
+    } else throw UsageError(source_name + ": unknown key '" + k + "'");
   }
 }
 
@@ -153,7 +177,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   auto* ids = app.add_option("--ids", cli.ids, "prompt token ids, comma separated");
   prompt->excludes(prompt_file)->excludes(ids);
   prompt_file->excludes(ids);
-  app.add_option("--gen", cli.gen, "tokens to generate greedily");
+  app.add_option("--gen", cli.gen, "tokens to generate (greedy unless --temperature > 0)");
   app.add_option("--io", cli.io, "read backend: direct, pread, uring, mmap");
   app.add_option("--out", cli.out, "JSON report");
   app.add_option("--dump-logits", cli.dump_logits, "float32 logits choosing the first token");
@@ -195,6 +219,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
                  "after the run, write compute's state (KDA, MLA cache, ids) to this file");
   app.add_option("--load-state", cli.load_state,
                  "continue the state in this file: the prompt's ids are appended to its sequence");
+  SamplingFlags sf;
+  AddSamplingFlags(app, sf);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -253,6 +279,22 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   opt.dry_run = cli.dry_run;
   if (no_hints) opt.prefetch_hints = false;
   opt.probe_membw = cli.probe_membw;
+  {  // sampling flags given on the command line win over the TOML
+    ipc::compute::Sampling& to = opt.sampling;
+    const ipc::compute::Sampling& from = sf.sampling;
+    if (sf.Given("--temperature")) to.temperature = from.temperature;
+    if (sf.Given("--top-k")) to.top_k = from.top_k;
+    if (sf.Given("--top-p")) to.top_p = from.top_p;
+    if (sf.Given("--min-p")) to.min_p = from.min_p;
+    if (sf.Given("--repeat-penalty")) to.repeat_penalty = from.repeat_penalty;
+    if (sf.Given("--repeat-last-n")) to.repeat_last_n = from.repeat_last_n;
+    if (sf.Given("--presence-penalty")) to.presence_penalty = from.presence_penalty;
+    if (sf.Given("--frequency-penalty")) to.frequency_penalty = from.frequency_penalty;
+    if (sf.Given("--seed")) to.seed = from.seed, opt.seed_given = true;
+    if (sf.Given("--logprobs")) opt.logprobs = sf.logprobs;
+    if (sf.perplexity) opt.perplexity = true;
+    if (!opt.seed_given) opt.sampling.seed = RandomSeed();
+  }
 
   CheckOptions(opt);
   return opt;
@@ -299,6 +341,7 @@ void CheckOptions(const LaunchOptions& opt) {
     throw UsageError("expert_server_timeout must be between 0.1 and 86400 seconds");
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
     throw UsageError("--io: unknown backend '" + opt.io + "' (direct, pread, uring, mmap)");
+  if (const std::string bad = SamplingProblem(opt.sampling, opt.logprobs); !bad.empty()) throw UsageError(bad);
 }
 
 }  // namespace k3::launch

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/ipc/messages.h"
+
 namespace k3::launch {
 
 struct LaunchOptions {
@@ -44,6 +46,11 @@ struct LaunchOptions {
   double shutdown_timeout = 5;    // seconds between Shutdown and SIGTERM
   // State files (docs/formats.md "State file"): written after the run / continued by this run.
   std::string save_state, load_state;
+  // Sampling and scoring (docs/sampling.md): default greedy; seed random unless given.
+  ipc::compute::Sampling sampling;
+  bool seed_given = false;
+  int32_t logprobs = -1;          // -1 off; N: logprob + the N most likely ids per generated token
+  bool perplexity = false;        // score the prompt teacher-forced
 };
 
 // The most expert servers a run uses (the fetcher's RemoteReads::kMaxServers).

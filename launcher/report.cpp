@@ -1,12 +1,14 @@
 #include "report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <fstream>
 
 #include "common/error.h"
 #include "common/median.h"
+#include "common/sampling_check.h"
 
 namespace k3::launch {
 namespace {
@@ -70,6 +72,23 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
   if (rec.done) r["position"] = rec.done->position;
   if (rec.state_loaded_tokens >= 0) r["state_loaded_tokens"] = rec.state_loaded_tokens;
   if (!rec.state_saved.empty()) r["state_saved"] = rec.state_saved;
+  r["sampling"] = SamplingJson(rec.sampling);
+  if (rec.logprobs) {
+    nlohmann::json lps = nlohmann::json::array();
+    for (const ipc::compute::Token& t : *rec.logprobs) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const ipc::compute::TopLogprob& a : t.top) top.push_back({{"id", a.id}, {"logprob", a.logprob}});
+      lps.push_back({{"id", t.id}, {"logprob", t.logprob}, {"top", top}});
+    }
+    r["logprobs"] = lps;
+  }
+  if (rec.perplexity) {  // null when nothing was scored (a one-token prompt, or no Done)
+    const int32_t n = rec.done ? rec.done->scored_tokens : 0;
+    const double nll = n > 0 ? rec.done->nll_sum / n : 0.0;
+    r["scored_tokens"] = n;
+    r["nll_per_token"] = n > 0 ? nlohmann::json(nll) : nlohmann::json();
+    r["perplexity"] = n > 0 ? nlohmann::json(std::exp(nll)) : nlohmann::json();
+  }
   r["budget_bytes"] = plan.budget;
   r["plan_total_bytes"] = plan.total;
   r["seconds_per_token"] = rec.done ? rec.done->seconds_per_token : 0.0;
@@ -140,6 +159,9 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
   out.push_back(Fmt("[launch] %zu tokens%s, %.4f s/token, prefill %.3f s%s", r["generated_ids"].size(),
                     finish.c_str(), d("seconds_per_token"), d("prefill_seconds"),
                     r.value("interrupted", false) ? " (interrupted)" : ""));
+  if (r.contains("perplexity") && r["perplexity"].is_number())
+    out.push_back(Fmt("[launch] prompt perplexity %.4f (%.4f nats/token over %d tokens)", d("perplexity"),
+                      d("nll_per_token"), r["scored_tokens"].get<int>()));
   out.push_back(Fmt("[launch] trunk %.0f B/token, experts %.0f B/token, expert hit rate %.3f, compute waited %.3f s "
                     "(%.0f%% of the run)",
                     d("trunk_bytes_per_token"), d("expert_bytes_per_token"), d("expert_hit_rate"),

@@ -38,6 +38,9 @@ struct RunRecord {
   std::string stop_reason;
   int64_t state_loaded_tokens = -1;                   // --load-state: the ids it held (-1: none)
   std::string state_saved;                            // --save-state: the file written
+  ipc::compute::Sampling sampling;                    // as sent (seed included)
+  std::optional<std::vector<ipc::compute::Token>> logprobs;  // --logprobs: the Tokens received
+  bool perplexity = false;                            // --perplexity: Done's nll_sum / scored_tokens
 };
 
 // The report's finish_reason for Done.reason: "length" (--gen or the context reached), "stop"

@@ -119,6 +119,7 @@ class Runner {
   StopTextMatcher stop_text_;            // --stop strings over the decoded text
   std::string shown_text_;               // the decoded text without end ids and --stop strings
   bool cancel_sent_ = false;
+  std::vector<ipc::compute::Token> token_logprobs_;  // --logprobs: each Token as it arrived
   size_t prompt_sent_ = 0;  // ids in the Generate
   std::vector<Clock::time_point> token_arrivals_;  // when each generated token reached the launcher
   std::optional<ipc::compute::RunStats> done_;
@@ -257,6 +258,7 @@ void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
   if (const auto* t = std::get_if<ipc::compute::Token>(&r.message)) {
     if (t->request_id != kGenerateId || t->index != static_cast<int32_t>(generated_.size())) return;
     generated_.push_back(t->id);
+    if (opt_.logprobs >= 0) token_logprobs_.push_back(*t);
     token_arrivals_.push_back(Clock::now());
     // Text leaves out the id that ends the run (an end id or --stop-id) and all after a --stop.
     const bool ends = std::binary_search(stop_ids_.begin(), stop_ids_.end(), t->id);
@@ -393,6 +395,9 @@ void Runner::SendGenerate(const std::vector<int32_t>& ids) {
   g.stop_ids = stop_ids_;
   g.keep_state = !opt_.load_state.empty();  // appended to the loaded sequence
   g.max_positions = static_cast<int32_t>(std::min<int64_t>(opt_.context, INT32_MAX));
+  g.sampling = opt_.sampling;
+  g.logprobs = opt_.logprobs;
+  g.perplexity = opt_.perplexity;
   t_generate_ = Clock::now();
   SendToCompute(ipc::Encode(g));
 }
@@ -548,6 +553,9 @@ RunRecord Runner::Record(const std::vector<int32_t>& ids, bool interrupted, cons
   r.stop_reason = reason;
   r.state_loaded_tokens = state_loaded_tokens_;
   r.state_saved = state_saved_;
+  r.sampling = opt_.sampling;
+  if (opt_.logprobs >= 0) r.logprobs = token_logprobs_;
+  r.perplexity = opt_.perplexity;
   return r;
 }
 

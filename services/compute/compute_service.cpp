@@ -14,6 +14,7 @@
 #include "common/ipc/protocol.h"
 #include "common/ipc/zmq_channel.h"
 #include "common/median.h"
+#include "common/sampling_check.h"
 #include "common/service/service_shell.h"
 #include "forward.h"
 #include "generate.h"
@@ -199,6 +200,7 @@ void ComputeService::AnswerState(const cp::StateOp& op) {
 void ComputeService::Answer(const cp::Generate& g) {
   for (int32_t id : g.ids)
     if (id < 0 || id >= cfg_.vocab_size) throw BadInput("prompt id " + std::to_string(id) + " outside the vocabulary");
+  if (const std::string bad = SamplingProblem(g.sampling, g.logprobs); !bad.empty()) throw BadInput("Generate: " + bad);
   // keep_state: the ids not consumed yet (the last generated one, say) go first, then the prompt.
   // full_recompute recomputes every step from nothing, so it feeds the whole sequence.
   std::vector<int32_t> feed;
@@ -221,12 +223,23 @@ void ComputeService::Answer(const cp::Generate& g) {
   const PipelineCounters at_start = counters_;  // waits before this request (start-up) excluded below
   GreedyParams p;
   p.ids = feed;
+  p.prior.assign(seq_ids_.begin(), seq_ids_.begin() + static_cast<std::ptrdiff_t>(kept));
   p.gen = std::max(0, g.gen);
   p.full_recompute = g.full_recompute;
   p.prefill_chunk = g.prefill_chunk > 0 ? g.prefill_chunk : 64;
   p.stop_ids = g.stop_ids;
   p.max_positions = std::max(0, g.max_positions);
+  p.sampling = g.sampling;
+  p.all_positions = g.perplexity;
   GreedyHooks hooks;
+  PromptScorer scorer{feed};  // the ids this pass feeds (a kept state's last id first)
+  if (g.perplexity)
+    hooks.on_prompt_chunk = [&](const float* chunk, int64_t T) { scorer.Chunk(chunk, T, cfg_.vocab_size); };
+  Logprobs chosen_lp;  // of the token on_token sends next (--logprobs)
+  if (g.logprobs >= 0)
+    hooks.on_chosen = [&](const float* logits, int32_t id, int64_t) {
+      chosen_lp = TokenLogprobs(logits, cfg_.vocab_size, id, g.logprobs);
+    };
   // Waits of the decode steps alone (the prompt pass also waits for start-up reads), so the
   // launcher can show I/O wait per generated token.
   PipelineCounters at_prefill = counters_;
@@ -245,6 +258,10 @@ void ComputeService::Answer(const cp::Generate& g) {
     t.request_id = g.request_id;
     t.id = id;
     t.index = static_cast<int32_t>(index);
+    if (g.logprobs >= 0) {
+      t.logprob = static_cast<float>(chosen_lp.logprob);
+      for (const auto& [alt, lp] : chosen_lp.top) t.top.push_back({alt, static_cast<float>(lp)});
+    }
     ipc::SendMessage(launcher_, ipc::Encode(t));
     if (opt_.probe_membw && index > 0) probe_gbs.push_back(ProbeReadGBs(probe_regions_));  // between steps
   };
@@ -282,6 +299,8 @@ void ComputeService::Answer(const cp::Generate& g) {
   d.stats.prefill_seconds = r.prefill_seconds;
   d.stats.seconds_per_token = r.seconds_per_token;
   d.stats.position = static_cast<int32_t>(seq_ids_.size());
+  d.stats.scored_tokens = static_cast<int32_t>(scorer.scored);
+  d.stats.nll_sum = scorer.nll_sum;
   ipc::SendMessage(launcher_, ipc::Encode(d));
   const char* how = r.ending == Ending::kStopId        ? "stop id"
                     : r.ending == Ending::kInterrupted ? "interrupted"

@@ -55,10 +55,16 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
   int64_t gen = p.gen;
   if (p.max_positions > 0)
     gen = std::min(gen, std::max<int64_t>(0, p.max_positions - fwd.position()));  // the whole sequence so far
+  // The sampler sees the whole sequence (a kept state's ids first): its position, the key of
+  // its draws, is absolute, so a continued sequence draws what one run of it would.
+  std::vector<int32_t> seq = p.prior;
+  seq.insert(seq.end(), r.full.begin(), r.full.end());
   for (int64_t i = 0; i < gen; ++i) {
-    const int32_t next = Argmax(logits.data(), V);
+    const int32_t next = SampleToken(logits.data(), V, seq, i, p.sampling);
+    if (hooks.on_chosen) hooks.on_chosen(logits.data(), next, i);
     r.generated.push_back(next);
     r.full.push_back(next);
+    seq.push_back(next);
     if (hooks.on_token) hooks.on_token(next, i);
     if (std::find(p.stop_ids.begin(), p.stop_ids.end(), next) != p.stop_ids.end()) {
       r.ending = Ending::kStopId;

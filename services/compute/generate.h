@@ -1,4 +1,4 @@
-// The greedy generation loop shared by the standalone and pipeline modes of k3-compute:
+// The generation loop (greedy by default, else sampler.h) shared by the standalone and pipeline modes of k3-compute:
 // the prompt in chunks, then one token at a time (or the whole prefix again with
 // full_recompute). Callers observe it through hooks; the loop itself never differs.
 #pragma once
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "forward.h"
+#include "sampler.h"
 
 namespace k3::compute {
 
@@ -19,12 +20,16 @@ struct GreedyParams {
   int64_t max_positions = 0;      // > 0: prompt + generated ids never exceed it (the context)
   bool all_positions = false;  // first prompt pass keeps every position's logits (hook below)
   Tracer* tracer = nullptr;    // first prompt pass only
+  SamplingParams sampling;     // how each token is chosen (sampler.h); default greedy
+  std::vector<int32_t> prior;  // the sequence's ids consumed before `ids` (a kept or loaded state)
 };
 
 struct GreedyHooks {
   std::function<void(const float* logits, int64_t T)> on_prompt_chunk;  // all_positions only
   std::function<void(int64_t done, int64_t total)> on_prefill_progress;  // first pass
   std::function<void(const float* logits)> after_prefill;  // logits choosing the first token
+  // The raw logits that chose generated token `index` (before on_token): logprobs.
+  std::function<void(const float* logits, int32_t id, int64_t index)> on_chosen;
   std::function<void(int32_t id, int64_t index)> on_token;
   // Asked between tokens (the forward pass asks between layers through Forward::SetStopCheck);
   // true ends the request at that point with what was generated so far.

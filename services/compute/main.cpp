@@ -12,6 +12,7 @@
 #include "common/id_list.h"
 #include "common/process_init.h"
 #include "common/run_main.h"
+#include "common/sampling_flags.h"
 #include "common/version.h"
 #include "compute_service.h"
 #include "omp_policy.h"
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", k3::VersionLine("k3-compute"));
   app.add_option("--standalone", opt.model_dir, "checkpoint directory (standalone mode)");
   app.add_option("--ids", ids_text, "prompt token ids, comma separated");
-  app.add_option("--gen", opt.gen, "greedy tokens to generate (0 = prefill only)");
+  app.add_option("--gen", opt.gen, "tokens to generate (0 = prefill only)");
   app.add_flag("--full-recompute", opt.full_recompute, "re-run the whole prefix every step");
   app.add_option("--prefill-chunk", opt.prefill_chunk, "prompt tokens per forward chunk");
   app.add_option("--threads", opt.threads, "OpenMP threads (default: all cores)");
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
                "(standalone: only the guesses' recall is measured)");
   app.add_option("--save-state", opt.save_state, "write the sequence's state to this file after the run");
   app.add_option("--load-state", opt.load_state, "continue the state in this file; --ids are appended to it");
+  k3::SamplingFlags sampling;
+  k3::AddSamplingFlags(app, sampling);
   // Pipeline mode (spawned by k3-launch; docs/pipeline.md "Command lines").
   k3::compute::PipelineOptions pipe;
   bool pipeline = false;
@@ -119,6 +122,10 @@ int main(int argc, char** argv) {
       if (v.size() != 1) throw k3::UsageError("--stop-id takes one id ('" + one + "'); use --stop-ids for a list");
       opt.stop_ids.push_back(static_cast<int32_t>(v[0]));
     }
+    opt.sampling = sampling.sampling;
+    if (!sampling.Given("--seed")) opt.sampling.seed = k3::RandomSeed();
+    opt.logprobs = sampling.logprobs;
+    opt.perplexity = sampling.perplexity;
     return k3::compute::RunStandalone(opt);
   });
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cerrno>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "../../common/error.h"
 #include "../../common/median.h"
 #include "common/end_ids.h"
+#include "common/sampling_check.h"
 #include "common/service/service_shell.h"
 #include "common/stdout_writer.h"
 #include "forward.h"
@@ -54,6 +56,7 @@ int RunStandalone(const StandaloneOptions& opt) {
   if (opt.prefill_chunk < 1) throw UsageError("--prefill-chunk must be >= 1");
   if (opt.threads < 0) throw UsageError("--threads must be >= 1");
   if (opt.mla_norm_eps && !(*opt.mla_norm_eps > 0)) throw UsageError("--mla-norm-eps must be > 0");
+  if (const std::string bad = SamplingProblem(opt.sampling, opt.logprobs); !bad.empty()) throw UsageError(bad);
   CheckWritable(opt.out, "--out");
   CheckWritable(opt.dump_logits, "--dump-logits");
   CheckWritable(opt.save_state, "--save-state");
@@ -133,13 +136,25 @@ int RunStandalone(const StandaloneOptions& opt) {
   gp.prefill_chunk = opt.prefill_chunk;
   gp.stop_ids = stop_ids;
   gp.max_positions = context;
-  gp.all_positions = opt.tf_check || tracer;
+  gp.prior = consumed;
+  gp.all_positions = opt.tf_check || tracer || opt.perplexity;
   gp.tracer = tracer.get();
+  gp.sampling = opt.sampling;
   std::vector<int32_t> tf_pred;
+  PromptScorer scorer{feed};
   GreedyHooks hooks;
   hooks.on_prompt_chunk = [&](const float* chunk_logits, int64_t T) {
     for (int64_t t = 0; t < T; ++t) tf_pred.push_back(Argmax(chunk_logits + t * V, V));
+    if (opt.perplexity) scorer.Chunk(chunk_logits, T, V);
   };
+  nlohmann::json logprobs = nlohmann::json::array();
+  if (opt.logprobs >= 0)
+    hooks.on_chosen = [&](const float* logits, int32_t id, int64_t) {
+      const Logprobs lp = TokenLogprobs(logits, V, id, opt.logprobs);
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& [alt, l] : lp.top) top.push_back({{"id", alt}, {"logprob", l}});
+      logprobs.push_back({{"id", id}, {"logprob", lp.logprob}, {"top", top}});
+    };
   hooks.on_prefill_progress = [](int64_t done, int64_t n) {
     std::fprintf(stderr, "\r[compute] prefill %lld/%lld tokens", static_cast<long long>(done),
                  static_cast<long long>(n));
@@ -187,6 +202,10 @@ int RunStandalone(const StandaloneOptions& opt) {
                generated.size(), spt,
                static_cast<double>(opt.ids.size()) / (prefill_s > 0 ? prefill_s : 1e-9));
 
+  if (opt.perplexity && scorer.scored > 0)
+    std::fprintf(stderr, "[compute] prompt perplexity %.4f (%.4f nats/token over %lld tokens)\n",
+                 std::exp(scorer.nll_sum / static_cast<double>(scorer.scored)),
+                 scorer.nll_sum / static_cast<double>(scorer.scored), static_cast<long long>(scorer.scored));
   const HintStats& hs = fwd.hint_stats();
   if (opt.prefetch_hints)
     std::fprintf(stderr, "[compute] next-layer expert guesses: %llu layers, recall %.3f (%llu of %llu routed experts)\n",
@@ -213,6 +232,15 @@ int RunStandalone(const StandaloneOptions& opt) {
     if (loaded) r["state_loaded_tokens"] = loaded->ids.size();
     r["finish_reason"] = interrupted ? "interrupted" : res.ending == Ending::kStopId ? "stop" : "length";
     if (opt.tf_check) r["tf_pred"] = tf_pred;
+    if (!IsGreedy(opt.sampling)) r["sampling"] = SamplingJson(opt.sampling);
+    if (opt.logprobs >= 0) r["logprobs"] = logprobs;
+    if (opt.perplexity) {
+      r["scored_tokens"] = scorer.scored;
+      r["nll_sum"] = scorer.nll_sum;
+      const double nll = scorer.scored > 0 ? scorer.nll_sum / static_cast<double>(scorer.scored) : 0.0;
+      r["nll_per_token"] = scorer.scored > 0 ? nlohmann::json(nll) : nlohmann::json();  // null: nothing scored
+      r["perplexity"] = scorer.scored > 0 ? nlohmann::json(std::exp(nll)) : nlohmann::json();
+    }
     if (opt.prefetch_hints) {
       r["hint_layers"] = hs.hints;
       r["hint_recall"] = hs.recall();

@@ -1,11 +1,13 @@
 // Standalone mode of k3-compute: loads a checkpoint directory by mmap, runs the prompt in
-// chunks and greedy decoding, and writes the report / logits / trace files of
+// chunks and decoding (greedy by default; sampler.h), and writes the report / logits / trace files of
 // docs/test-contracts.md. Errors are k3::Error with the contract's exit codes.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "sampler.h"
 
 namespace k3::compute {
 
@@ -27,6 +29,9 @@ struct StandaloneOptions {
   std::vector<int32_t> stop_ids;      // --stop-id / --stop-ids: end generation after emitting one
   bool ignore_eos = false;            // do not add the model's end ids (common/end_ids.h)
   int64_t context = 0;                // prompt + generated at most this; 0: max_position_embeddings
+  SamplingParams sampling;            // default greedy (docs/sampling.md)
+  int32_t logprobs = -1;              // -1 off; N: each token's logprob and the N most likely ids
+  bool perplexity = false;            // score the prompt teacher-forced
 };
 
 // Runs and returns the process exit code (0); throws k3::Error on failure.
