@@ -32,6 +32,7 @@ int Main(int argc, char** argv) {
   po.prefill_chunk = opt.prefill_chunk;
   po.ring_slots = opt.ring_slots;
   po.max_pinned_trunk = opt.max_pinned_trunk;
+  po.spec_drafts = opt.spec;
   if (!opt.expert_server.empty()) po.remote_expert_frames = opt.inflight;  // the fetcher's bound
   const plan::MemoryPlan p = plan::MakePlan(m.plan_model, budget, po);
   for (int32_t id : opt.stop_ids)

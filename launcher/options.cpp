@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/id_list.h"
+#include "common/plan/memory_plan.h"
 #include "common/version.h"
 
 namespace k3::launch {
@@ -75,6 +76,7 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "expert_server") opt.expert_server = str();
     else if (k == "inflight") opt.inflight = small_int();
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
+    else if (k == "spec") opt.spec = integer();
     else if (k == "full_recompute") {
       if (!node.is_boolean()) throw bad("true or false");
       opt.full_recompute = *node.value<bool>();
@@ -125,6 +127,9 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   std::string stop_ids;
   app.add_option("--stop-ids", stop_ids,
                  "token ids that end generation after being emitted, comma separated (TOML: stop_ids = [..])");
+  app.add_option("--spec", cli.spec,
+                 "speculative decoding: up to N n-gram drafts verified in one forward pass, 0 to " +
+                     std::to_string(plan::kMaxSpecDrafts) + " (same ids as 0; TOML: spec)");
   app.add_flag("--quiet", cli.quiet, "stderr: only errors and the final summary (no progress or service lines)");
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
@@ -171,6 +176,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--inflight")) opt.inflight = cli.inflight;
   if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
   if (given("--expert-server")) opt.expert_server = cli.expert_server;
+  if (given("--spec")) opt.spec = cli.spec;
   if (given("--stop-ids")) {
     opt.stop_ids.clear();
     for (int64_t id : k3::ParseIdList(stop_ids, "--stop-ids", int64_t{INT32_MAX} + 1))
@@ -196,6 +202,9 @@ void CheckOptions(const LaunchOptions& opt) {
                      " (4 x the " + std::to_string(MaxThreads() / 4) + " online cores), or 0 for all cores");
   if (opt.context < 1) throw UsageError("--context must be >= 1");
   if (opt.prefill_chunk < 1) throw UsageError("prefill_chunk must be >= 1");
+  if (opt.spec < 0 || opt.spec > plan::kMaxSpecDrafts)
+    throw UsageError("--spec " + std::to_string(opt.spec) + ": must be 0 to " + std::to_string(plan::kMaxSpecDrafts));
+  if (opt.spec > 0 && opt.full_recompute) throw UsageError("--spec needs incremental decoding, not full_recompute");
   if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
   if (opt.expert_inputs != "f32" && opt.expert_inputs != "bf16")
     throw UsageError("--expert-inputs: '" + opt.expert_inputs + "' is not f32 or bf16");

@@ -25,6 +25,7 @@ struct LaunchOptions {
   std::string dump_cache_trace;  // directory for the fetcher's expert_hist.json + expert_trace.bin
   int64_t max_pinned_trunk = -1;
   bool full_recompute = false;
+  int64_t spec = 0;            // n-gram drafts per verify pass (Generate.spec; 0: none)
   bool prefetch_hints = true;  // compute guesses each next layer's experts for the fetcher
   std::string expert_server;   // k3-expert-server endpoint (tcp://HOST:PORT): experts read there
   double expert_server_timeout = 60;  // seconds without an answer before a remote read fails

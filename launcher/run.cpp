@@ -363,6 +363,7 @@ void Runner::SendGenerate(const std::vector<int32_t>& ids) {
   g.full_recompute = opt_.full_recompute;
   g.prefill_chunk = static_cast<int32_t>(opt_.prefill_chunk);
   g.stop_ids = opt_.stop_ids;
+  g.spec = static_cast<int32_t>(opt_.spec);
   t_generate_ = Clock::now();
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   for (;;) {  // the compute DEALER may not be known to the ROUTER yet (ROUTER_MANDATORY)

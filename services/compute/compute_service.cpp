@@ -13,6 +13,7 @@
 #include "common/ipc/protocol.h"
 #include "common/ipc/zmq_channel.h"
 #include "common/median.h"
+#include "common/plan/memory_plan.h"
 #include "common/service/service_shell.h"
 #include "forward.h"
 #include "generate.h"
@@ -148,6 +149,9 @@ void ComputeService::Answer(const cp::Generate& g) {
   p.full_recompute = g.full_recompute;
   p.prefill_chunk = g.prefill_chunk > 0 ? g.prefill_chunk : 64;
   p.stop_ids = g.stop_ids;
+  if (g.spec < 0 || g.spec > plan::kMaxSpecDrafts)
+    throw BadInput("Generate.spec " + std::to_string(g.spec) + " outside [0, " + std::to_string(plan::kMaxSpecDrafts) + "]");
+  p.spec = g.spec;
   GreedyHooks hooks;
   // Waits of the decode steps alone (the prompt pass also waits for start-up reads), so the
   // launcher can show I/O wait per generated token.
@@ -192,7 +196,9 @@ void ComputeService::Answer(const cp::Generate& g) {
               S("rejected_messages", static_cast<double>(c.rejects.rejected + ctl_.rejects().rejected)),
               S("median_step_seconds", Median(r.token_seconds)),
               S("membw_probe_passes", static_cast<double>(probe_gbs.size())),
-              S("membw_probe_median_gbs", Median(probe_gbs))});
+              S("membw_probe_median_gbs", Median(probe_gbs)),
+              S("spec_drafted", static_cast<double>(r.spec_drafted)),
+              S("spec_accepted", static_cast<double>(r.spec_accepted))});
   cp::Done d;
   d.request_id = g.request_id;
   d.reason = WireReason(r.ending);
@@ -200,6 +206,8 @@ void ComputeService::Answer(const cp::Generate& g) {
   d.stats.generated_tokens = static_cast<int32_t>(r.generated.size());
   d.stats.prefill_seconds = r.prefill_seconds;
   d.stats.seconds_per_token = r.seconds_per_token;
+  d.stats.spec_drafted = static_cast<int32_t>(r.spec_drafted);
+  d.stats.spec_accepted = static_cast<int32_t>(r.spec_accepted);
   ipc::SendMessage(launcher_, ipc::Encode(d));
   const char* how = r.ending == Ending::kStopId ? "stop id" : r.ending == Ending::kInterrupted ? "interrupted" : "length";
   std::fprintf(stderr,

@@ -50,10 +50,23 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
   r.prefill_done = true;
   if (hooks.after_prefill) hooks.after_prefill(logits.data());
 
+  const TokenChooser choose =
+      p.choose ? p.choose : [V](const float* l, const std::vector<int32_t>&) { return Argmax(l, V); };
+  const bool speculate = p.spec > 0 && !p.full_recompute;
+  Speculator spec(fwd, V, p.spec, choose);
   const auto t1 = Clock::now();
   auto t_last = t1;  // end of the last completed decode step
   for (int64_t i = 0; i < p.gen; ++i) {
-    const int32_t next = Argmax(logits.data(), V);
+    const float* chose_with = logits.data();  // the logits that choose `next`
+    int32_t next;
+    if (spec.pending()) {  // chosen by the last verify pass
+      const SpecToken t = spec.Pop();
+      next = t.id;
+      chose_with = t.logits;
+      r.token_seconds.push_back(t.seconds);
+    } else {
+      next = choose(chose_with, r.full);
+    }
     r.generated.push_back(next);
     r.full.push_back(next);
     if (hooks.on_token) hooks.on_token(next, i);
@@ -71,6 +84,10 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
       if (p.full_recompute) {
         fwd.Reset();
         prefill(r.full, false);
+      } else if (speculate) {
+        if (!spec.pending()) spec.Step(r.full, p.gen - (i + 1), p.stop_ids);
+        t_last = Clock::now();
+        continue;  // each token's time is pushed as it is popped
       } else {
         fwd.Run(&next, 1, false, logits.data(), nullptr);
       }
@@ -81,6 +98,9 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
     r.token_seconds.push_back(since(ts));
     t_last = Clock::now();
   }
+  spec.Settle();  // the state keeps what was emitted (all but the last token fed)
+  r.spec_drafted = spec.drafted();
+  r.spec_accepted = spec.accepted();
   // Per-token figures over the completed decode steps only (a stop can cut the last one short).
   const auto steps = static_cast<int64_t>(r.token_seconds.size());
   r.decode_seconds = steps > 0 ? std::chrono::duration<double>(t_last - t1).count() : 0.0;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "forward.h"
+#include "speculate.h"
 
 namespace k3::compute {
 
@@ -18,6 +19,8 @@ struct GreedyParams {
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
   bool all_positions = false;  // first prompt pass keeps every position's logits (hook below)
   Tracer* tracer = nullptr;    // first prompt pass only
+  TokenChooser choose;         // picks each token (speculate.h); empty: Argmax
+  int64_t spec = 0;            // n-gram drafts per verify pass (speculate.h); 0: one token per step
 };
 
 struct GreedyHooks {
@@ -39,12 +42,14 @@ struct GreedyResult {
   std::vector<double> token_seconds;  // wall time of each decode step (gen - 1 of them)
   Ending ending = Ending::kLength;
   bool prefill_done = false;  // false: stopped during the prompt pass (no logits, no token)
+  int64_t spec_drafted = 0, spec_accepted = 0;  // drafts verified, and of them emitted
 };
 
 // Strict argmax: ties keep the lowest id.
 int32_t Argmax(const float* v, int64_t n);
 
-// Runs the prompt then up to p.gen tokens. A StopAtSafePoint from the forward pass or
+// Runs the prompt then up to p.gen tokens (p.spec > 0: several per forward pass, the same ids;
+// ignored with full_recompute; token_seconds then holds each token's share of its pass). A StopAtSafePoint from the forward pass or
 // hooks.should_stop() ends it early with ending = kInterrupted; the ids produced until then
 // are exactly those of an uninterrupted run.
 GreedyResult RunGreedy(Forward& fwd, int64_t vocab, const GreedyParams& p, const GreedyHooks& hooks);

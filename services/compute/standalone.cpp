@@ -14,6 +14,7 @@
 
 #include "../../common/error.h"
 #include "../../common/median.h"
+#include "../../common/plan/memory_plan.h"
 #include "common/service/service_shell.h"
 #include "common/stdout_writer.h"
 #include "forward.h"
@@ -50,6 +51,9 @@ int RunStandalone(const StandaloneOptions& opt) {
   if (opt.gen < 0) throw UsageError("--gen must be >= 0");
   if (opt.prefill_chunk < 1) throw UsageError("--prefill-chunk must be >= 1");
   if (opt.threads < 0) throw UsageError("--threads must be >= 1");
+  if (opt.spec < 0 || opt.spec > plan::kMaxSpecDrafts)
+    throw UsageError("--spec must be 0 to " + std::to_string(plan::kMaxSpecDrafts));
+  if (opt.spec > 0 && opt.full_recompute) throw UsageError("--spec needs incremental decoding, not --full-recompute");
   if (opt.mla_norm_eps && !(*opt.mla_norm_eps > 0)) throw UsageError("--mla-norm-eps must be > 0");
   CheckWritable(opt.out, "--out");
   CheckWritable(opt.dump_logits, "--dump-logits");
@@ -92,6 +96,7 @@ int RunStandalone(const StandaloneOptions& opt) {
   gp.gen = opt.gen;
   gp.full_recompute = opt.full_recompute;
   gp.prefill_chunk = opt.prefill_chunk;
+  gp.spec = opt.spec;
   gp.all_positions = opt.tf_check || tracer;
   gp.tracer = tracer.get();
   std::vector<int32_t> tf_pred;
@@ -138,6 +143,9 @@ int RunStandalone(const StandaloneOptions& opt) {
   std::fprintf(stderr, "[compute] %zu tokens generated, %.4f s/token, prefill %.2f tok/s\n",
                generated.size(), spt,
                static_cast<double>(opt.ids.size()) / (prefill_s > 0 ? prefill_s : 1e-9));
+  if (opt.spec > 0)
+    std::fprintf(stderr, "[compute] speculation: %lld drafts verified, %lld accepted\n",
+                 static_cast<long long>(res.spec_drafted), static_cast<long long>(res.spec_accepted));
 
   const HintStats& hs = fwd.hint_stats();
   if (opt.prefetch_hints)
@@ -160,7 +168,10 @@ int RunStandalone(const StandaloneOptions& opt) {
                         {"isa", kern::ActiveIsa()},
                         {"expert_inputs", opt.expert_inputs},
                         {"expert_isa", ExpertIsa(cfg)},
-                        {"layers", cfg.num_layers}};
+                        {"layers", cfg.num_layers},
+                        {"spec", opt.spec},
+                        {"spec_drafted", res.spec_drafted},
+                        {"spec_accepted", res.spec_accepted}};
     if (interrupted) r["interrupted"] = true;
     if (opt.tf_check) r["tf_pred"] = tf_pred;
     if (opt.prefetch_hints) {
