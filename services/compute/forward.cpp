@@ -67,6 +67,7 @@ void Forward::KeepFirst(int64_t keep) {
   for (size_t l = 0; l < state_.kda.size(); ++l)
     if (cfg_.layer_kind[l] == MixerKind::KDA) KdaKeepFirst(cfg_, state_.kda[l], journal_.kda[l], keep);
   for (size_t l = 0; l < state_.mla.size(); ++l) {
+    if (cfg_.layer_kind[l] == MixerKind::KDA) continue;
     MlaCache& m = state_.mla[l];
     const int64_t len = journal_.mla_len[l] + keep;
     if (m.len == len) continue;
