@@ -29,7 +29,8 @@ TINY = os.path.join(TESTDATA, "tiny")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(ROOT, "configs", "demo.toml")
 DEMO_MODEL = os.path.join(ROOT, "models", "k3-demo-tiny")
-# A prompt that repeats itself, so the n-gram drafter has material from the first step.
+# A prompt that repeats itself; with 30 tokens the random model's own ids recur too (drafts,
+# which it rejects).
 TINY_IDS = ",".join(["1,5,9,200,77,3,18,42"] * 3)
 DEMO_PROMPT = ("The cat sat on the mat. The dog sat on the log. " * 4) + "The cat"
 TIMEOUT = 300
@@ -43,7 +44,7 @@ class Speculative(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="k3-spec-test-")
         cls.toml = os.path.join(cls.tmp, "tiny.toml")
         with open(cls.toml, "w") as f:
-            f.write('model = "%s"\nbudget = "1G"\nio = "pread"\ngen = 12\nthreads = 1\n' % TINY)
+            f.write('model = "%s"\nbudget = "1G"\nio = "pread"\ngen = 30\nthreads = 1\n' % TINY)
         cls.floor = cls.plan_floor(cls.toml)
 
     @classmethod
@@ -76,7 +77,7 @@ class Speculative(unittest.TestCase):
 
     def pinned_budget(self):
         """The smallest power-of-two multiple of the floor that pins every layer."""
-        b = self.floor
+        b = self.plan_floor(self.toml, "--spec", "4")
         while True:
             r = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(b), "--dry-run",
                                 "--spec", "4"], capture_output=True, text=True, timeout=TIMEOUT)
@@ -99,7 +100,7 @@ class Speculative(unittest.TestCase):
                                                "--ids", TINY_IDS, "--spec", str(n), "--dump-logits", logits)
                     with open(logits, "rb") as f:
                         runs[n]["logits"] = f.read()
-                self.assertEqual(len(runs[0]["generated_ids"]), 12)
+                self.assertEqual(len(runs[0]["generated_ids"]), 30)
                 self.assertEqual(runs[4]["generated_ids"], runs[0]["generated_ids"])
                 self.assertEqual(runs[4]["logits"], runs[0]["logits"])
                 self.assertEqual(runs[0]["spec_drafted"], 0)
@@ -114,7 +115,7 @@ class Speculative(unittest.TestCase):
         for n in (0, 3):
             rep = os.path.join(self.tmp, "standalone-%d.json" % n)
             r = subprocess.run([os.path.join(BIN, "k3-compute"), "--standalone", TINY, "--ids", TINY_IDS,
-                                "--gen", "10", "--threads", "1", "--spec", str(n), "--out", rep],
+                                "--gen", "30", "--threads", "1", "--spec", str(n), "--out", rep],
                                capture_output=True, text=True, timeout=TIMEOUT)
             self.assertEqual(r.returncode, 0, r.stderr)
             with open(rep) as f:
