@@ -14,7 +14,7 @@ real-geometry checkpoint has K3's layer sizes but random weights (acceptance mea
     step gives the cost of an N+1-position pass in single-token steps.
 The prediction combines them: tokens per pass (a) / cost of a pass of the mean size (b).
 
-    bench_spec.py BUILD_DIR [--bin DIR] [--spec 4] [--gen 48] [--repeats 3]
+    bench_spec.py BUILD_DIR [--bin DIR] [--spec 4] [--gen 96] [--repeats 3]
                   [--passes 1,2,3,5,9] [--skip-stream] [--report tests/bench/results/FILE.md]
 
 Not a test (not in CI). Root drops the page cache before every streaming run.
@@ -111,7 +111,7 @@ def pass_cost(bins, build, runs, passes, repeats, drop, spec):
             with open(out) as f:
                 r = json.load(f)
             cost[T].append(r["prefill_seconds"])
-            steps[T].extend(r["token_seconds"][1:] if len(r["token_seconds"]) > 1 else r["token_seconds"])
+            steps[T].extend(r["token_seconds"])  # the decode steps after the pass (arrival gaps)
             bp.log(f"bench: pass of {T} positions {r['prefill_seconds']:.3f} s, steps {r['token_seconds']} "
                    f"(cold {cold}, load {bp.loadavg():.1f})")
     all_steps = [s for T in passes for s in steps[T]]
@@ -135,7 +135,7 @@ def main(argv=None):
     ap.add_argument("build_dir")
     ap.add_argument("--bin")
     ap.add_argument("--spec", type=int, default=4)
-    ap.add_argument("--gen", type=int, default=48)
+    ap.add_argument("--gen", type=int, default=96)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="demo runs (one thread: the least noisy here)")
     ap.add_argument("--passes", default="1,2,3,5,9", help="pass sizes T for (b); must include 1")
