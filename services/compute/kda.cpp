@@ -7,6 +7,24 @@
 
 namespace k3::compute {
 
+namespace {
+
+// The delta-rule recurrence of head h over T tokens of [T][P] inputs (β: [T][H]), in token
+// order; `each(offset of the token's head slice, read-out)` after every step. The forward
+// pass and the rollback replay share it, so the replayed state has the forward's bits.
+template <class Each>
+void HeadSteps(float* S, int64_t D, int64_t P, int64_t H, int64_t h, int64_t T, const float* q, const float* k,
+               const float* v, const float* a, const float* beta, Each each) {
+  std::vector<float> o(static_cast<size_t>(D));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t off = t * P + h * D;
+    KdaStep(S, D, q + off, k + off, v + off, a + off, beta[t * H + h], o.data());
+    each(off, o.data());
+  }
+}
+
+}  // namespace
+
 void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const float* x,
                 int64_t T, float* out, KdaJournal* journal) {
   const int64_t P = cfg.kda_proj(), H = cfg.kda_heads, D = cfg.kda_head_dim;
@@ -76,17 +94,11 @@ void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const
 
   // 6. delta-rule recurrence: heads in parallel, tokens in order; 7. gated norm per head.
 #pragma omp parallel for schedule(static)
-  for (int64_t h = 0; h < H; ++h) {
-    float* S = st.S.data() + h * D * D;
-    std::vector<float> o(static_cast<size_t>(D));
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t off = t * P + h * D;
-      KdaStep(S, D, q.data() + off, k.data() + off, v.data() + off, z.data() + off,
-              beta[static_cast<size_t>(t * H + h)], o.data());
-      GatedRmsNorm(o.data(), w.o_norm.data(), gate.data() + off, D, cfg.rms_norm_eps,
-                   y.data() + off);
-    }
-  }
+  for (int64_t h = 0; h < H; ++h)
+    HeadSteps(st.S.data() + h * D * D, D, P, H, h, T, q.data(), k.data(), v.data(), z.data(), beta.data(),
+              [&](int64_t off, const float* o) {
+                GatedRmsNorm(o, w.o_norm.data(), gate.data() + off, D, cfg.rms_norm_eps, y.data() + off);
+              });
   kern::Matmul(w.o, y.data(), T, out);
 }
 
@@ -110,15 +122,9 @@ void KdaKeepFirst(const ModelConfig& cfg, KdaState& st, const KdaJournal& j, int
   }
   // The recurrence: the same KdaStep calls on the recorded inputs, heads in parallel.
 #pragma omp parallel for schedule(static)
-  for (int64_t h = 0; h < H; ++h) {
-    float* S = st.S.data() + h * D * D;
-    std::vector<float> o(static_cast<size_t>(D));
-    for (int64_t t = 0; t < keep; ++t) {
-      const int64_t off = t * P + h * D;
-      KdaStep(S, D, j.q.data() + off, j.k.data() + off, j.v.data() + off, j.a.data() + off,
-              j.beta[static_cast<size_t>(t * H + h)], o.data());
-    }
-  }
+  for (int64_t h = 0; h < H; ++h)
+    HeadSteps(st.S.data() + h * D * D, D, P, H, h, keep, j.q.data(), j.k.data(), j.v.data(), j.a.data(),
+              j.beta.data(), [](int64_t, const float*) {});
 }
 
 }  // namespace k3::compute

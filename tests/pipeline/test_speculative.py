@@ -75,6 +75,14 @@ class Speculative(unittest.TestCase):
         with open(out) as f:
             return json.load(f), err
 
+    def dry_toml(self, name, keys):
+        """k3-launch --dry-run of a TOML with the tiny model and `keys` (TOML lines)."""
+        toml = os.path.join(self.tmp, name + ".toml")
+        with open(toml, "w") as f:
+            f.write('model = "%s"\nbudget = "1G"\n%s\n' % (TINY, keys))
+        return subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--dry-run"], capture_output=True, text=True,
+                              timeout=TIMEOUT)
+
     def pinned_budget(self):
         """The smallest power-of-two multiple of the floor that pins every layer."""
         b = self.plan_floor(self.toml, "--spec", "4")
@@ -136,11 +144,7 @@ class Speculative(unittest.TestCase):
                 r = subprocess.run([os.path.join(BIN, "k3-compute"), "--standalone", TINY, "--ids", "1"] + args,
                                    capture_output=True, text=True, timeout=TIMEOUT)
                 self.assertEqual(r.returncode, 2, r.stderr)
-        toml = os.path.join(self.tmp, "recompute.toml")
-        with open(toml, "w") as f:
-            f.write('model = "%s"\nbudget = "1G"\nfull_recompute = true\nspec = 2\n' % TINY)
-        r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--dry-run"], capture_output=True, text=True,
-                           timeout=TIMEOUT)
+        r = self.dry_toml("recompute", "full_recompute = true\nspec = 2")
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--spec", r.stderr)
         r = subprocess.run([os.path.join(BIN, "k3-compute"), "--standalone", TINY, "--ids", "1", "--spec", "2",
@@ -156,11 +160,7 @@ class Speculative(unittest.TestCase):
         self.assertNotIn("spec-rollback", plan())
         self.assertNotIn("spec-rollback", plan("--spec", "0"))
         self.assertIn("spec-rollback", plan("--spec", "4"))
-        toml = os.path.join(self.tmp, "spec.toml")
-        with open(toml, "w") as f:
-            f.write('model = "%s"\nbudget = "1G"\nspec = 3\n' % TINY)
-        r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--dry-run"], capture_output=True, text=True,
-                           timeout=TIMEOUT)
+        r = self.dry_toml("spec", "spec = 3")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("spec-rollback", r.stdout)
 
