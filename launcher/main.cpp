@@ -38,6 +38,7 @@ int Main(int argc, char** argv) {
   po.remote_expert_frames = int64_t{opt.inflight} * static_cast<int64_t>(opt.expert_server.size());
   po.remote_servers = static_cast<int>(opt.expert_server.size());
   po.max_expert_slots = opt.expert_slots;
+  po.spec_drafts = opt.spec;
   const plan::MemoryPlan p = plan::MakePlan(m.plan_model, budget, po);
   for (int32_t id : opt.stop_ids)
     if (id >= m.cfg.vocab_size)

@@ -17,6 +17,7 @@
 #include "common/id_list.h"
 #include "common/sampling_check.h"
 #include "common/sampling_flags.h"
+#include "common/plan/memory_plan.h"
 #include "common/version.h"
 
 namespace k3::launch {
@@ -108,6 +109,7 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     }
     else if (k == "inflight") opt.inflight = small_int();
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
+    else if (k == "spec") opt.spec = integer();
     else if (k == "full_recompute") {
       if (!node.is_boolean()) throw bad("true or false");
       opt.full_recompute = *node.value<bool>();
@@ -198,6 +200,9 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
       ->allow_extra_args(false);
   app.add_flag("--ignore-eos", cli.ignore_eos,
                "do not stop at the model's end ids (config.json eos_token_id, [EOS], <|end_of_msg|>): run to --gen");
+  app.add_option("--spec", cli.spec,
+                 "speculative decoding: up to N n-gram drafts verified in one forward pass, 0 to " +
+                     std::to_string(plan::kMaxSpecDrafts) + " (same ids as 0; TOML: spec)");
   app.add_flag("--quiet", cli.quiet, "stderr: only errors and the final summary (no progress or service lines)");
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service and per expert server (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
@@ -260,6 +265,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--expert-server-key")) opt.expert_server_key = cli.expert_server_key;
   if (given("--client-key")) opt.client_key = cli.client_key;
   if (given("--expert-slots")) opt.expert_slots = cli.expert_slots;
+  if (given("--spec")) opt.spec = cli.spec;
   if (given("--stop-ids") || given("--stop-id")) {  // both flags add up; together they replace the TOML's
     opt.stop_ids.clear();
     if (given("--stop-ids"))
@@ -313,6 +319,9 @@ void CheckOptions(const LaunchOptions& opt) {
   for (const std::string& s : opt.stop)
     if (s.empty()) throw UsageError("--stop: the text must not be empty");
   if (opt.prefill_chunk < 1) throw UsageError("prefill_chunk must be >= 1");
+  if (opt.spec < 0 || opt.spec > plan::kMaxSpecDrafts)
+    throw UsageError("--spec " + std::to_string(opt.spec) + ": must be 0 to " + std::to_string(plan::kMaxSpecDrafts));
+  if (opt.spec > 0 && opt.full_recompute) throw UsageError("--spec needs incremental decoding, not full_recompute");
   if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
   if (opt.expert_inputs != "f32" && opt.expert_inputs != "bf16")
     throw UsageError("--expert-inputs: '" + opt.expert_inputs + "' is not f32 or bf16");

@@ -93,6 +93,8 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
   r["plan_total_bytes"] = plan.total;
   r["seconds_per_token"] = rec.done ? rec.done->seconds_per_token : 0.0;
   r["prefill_seconds"] = rec.done ? rec.done->prefill_seconds : 0.0;
+  r["spec_drafted"] = rec.done ? rec.done->spec_drafted : 0;  // n-gram drafts verified (--spec)
+  r["spec_accepted"] = rec.done ? rec.done->spec_accepted : 0;  // of them, emitted
   // Per decode step, from token arrival times at the launcher: shows the spread the mean hides.
   r["token_seconds"] = rec.token_seconds;
   if (!rec.token_seconds.empty()) r["median_token_seconds"] = Median(rec.token_seconds);
@@ -169,6 +171,9 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
   out.push_back(Fmt("[launch] compute waited on I/O %.4f s/token while decoding (trunk %.4f, experts %.4f) of %.4f s/token",
                     d("compute_wait_seconds_per_token"), d("trunk_wait_seconds_per_token"),
                     d("expert_wait_seconds_per_token"), d("seconds_per_token")));
+  if (d("spec_drafted") > 0)
+    out.push_back(Fmt("[launch] speculation: %.0f drafts verified, %.0f accepted (%.0f%%)", d("spec_drafted"),
+                      d("spec_accepted"), 100 * d("spec_accepted") / d("spec_drafted")));
   if (r.value("prefetch_hints", false))
     out.push_back(Fmt("[launch] next-layer expert hints: recall %.3f, %.0f experts read ahead, %.0f of them then requested",
                       d("hint_recall"), d("prefetch_reads"), d("prefetch_used")));

@@ -398,6 +398,7 @@ void Runner::SendGenerate(const std::vector<int32_t>& ids) {
   g.sampling = opt_.sampling;
   g.logprobs = opt_.logprobs;
   g.perplexity = opt_.perplexity;
+  g.spec = static_cast<int32_t>(opt_.spec);
   t_generate_ = Clock::now();
   SendToCompute(ipc::Encode(g));
 }

@@ -30,8 +30,8 @@ int64_t SlotArena(int64_t slots, int64_t slot_bytes) {
 // Budget-independent parts of compute + tokenizer + per-process overhead (+ the fetcher's
 // frames from an expert server).
 struct Fixed {
-  int64_t kda_state = 0, mla_cache = 0, scratch = 0, overhead = 0, tokenizer = 0, remote = 0;
-  int64_t sum() const { return kda_state + mla_cache + scratch + overhead + tokenizer + remote; }
+  int64_t kda_state = 0, mla_cache = 0, scratch = 0, overhead = 0, tokenizer = 0, remote = 0, spec = 0;
+  int64_t sum() const { return kda_state + mla_cache + scratch + overhead + tokenizer + remote + spec; }
 };
 
 Fixed FixedCosts(const PlanModel& m, const PlanOptions& o) {
@@ -51,7 +51,10 @@ Fixed FixedCosts(const PlanModel& m, const PlanOptions& o) {
   const int64_t widest_proj = std::max(proj, c.mla_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim));
   const int64_t widest_ffn = std::max(c.intermediate_size, c.num_shared_experts * c.moe_intermediate_size);
   const int64_t per_token = (blocks + 8) * c.hidden_size + 4 * widest_proj + 3 * widest_ffn;
-  f.scratch = 4 * (o.prefill_chunk * per_token + c.mla_heads * o.context + c.vocab_size);
+  // (A verify pass of --spec N runs N+1 positions, like a prompt chunk.)
+  const int64_t chunk = std::max(o.prefill_chunk, o.spec_drafts > 0 ? o.spec_drafts + 1 : 0);
+  f.scratch = 4 * (chunk * per_token + c.mla_heads * o.context + c.vocab_size);
+  f.spec = SpecRollbackBytes(c, o.spec_drafts);
   f.overhead = 4 * o.process_overhead;
   f.tokenizer = o.tokenizer_bytes;
   // Each expert in flight from the server sits whole in a ZeroMQ frame until it is copied.
@@ -130,6 +133,15 @@ Layout LayoutFor(const PlanModel& m, const std::vector<Candidate>& cands, size_t
 
 }  // namespace
 
+int64_t SpecRollbackBytes(const ModelConfig& c, int64_t drafts) {
+  if (drafts <= 0) return 0;
+  const int64_t n_kda = std::count(c.layer_kind.begin(), c.layer_kind.end(), MixerKind::KDA);
+  const int64_t proj = c.kda_heads * c.kda_head_dim, T = drafts + 1;
+  const int64_t snapshot = c.kda_heads * c.kda_head_dim * c.kda_head_dim + 3 * proj * std::max<int64_t>(c.conv_kernel - 1, 0);
+  const int64_t per_position = 7 * proj + c.kda_heads;
+  return 4 * (n_kda * (snapshot + T * per_position) + T * c.vocab_size);
+}
+
 PlanModel PlanModelFromConfig(const ModelConfig& cfg) {
   PlanModel m;
   m.cfg = cfg;
@@ -154,6 +166,8 @@ namespace {
 void CheckInputs(const PlanModel& m, const PlanOptions& o) {
   if (o.context < 1 || o.prefill_chunk < 1 || o.ring_slots < 2)
     throw UsageError("memory plan: context and prefill chunk must be >= 1 and ring slots >= 2");
+  if (o.spec_drafts < 0 || o.spec_drafts > kMaxSpecDrafts)
+    throw UsageError("--spec " + std::to_string(o.spec_drafts) + ": must be 0 to " + std::to_string(kMaxSpecDrafts));
   const ModelConfig& c = m.cfg;
   if (c.max_position_embeddings > 0 && o.context > c.max_position_embeddings)
     throw UsageError("--context " + std::to_string(o.context) + " is more than the model supports (max_position_embeddings " +
@@ -254,6 +268,7 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
   p.tokenizer = f.tokenizer;
   p.remote_frames = f.remote;
   p.remote_servers = o.remote_servers;
+  p.spec_rollback = f.spec;
   Layout l = LayoutFor(m, cands, k, o, false);
   int64_t used = f.sum() + Shm(l);
   // Every remaining byte becomes expert slots (no more than the model has experts).
@@ -311,6 +326,8 @@ std::vector<Region> MemoryPlan::regions() const {
       {"shm", "experts", expert_arena_bytes,
        std::to_string(expert_slots) + " slots x " + FormatBytes(expert_slot_bytes)},
   };
+  if (spec_rollback > 0)
+    r.insert(r.begin() + 2, {"compute", "spec-rollback", spec_rollback, "speculation: state before a verify pass + its inputs"});
   if (remote_frames > 0)
     r.push_back({"fetcher", "remote-frames", remote_frames,
                  remote_servers > 1 ? "experts in flight from " + std::to_string(remote_servers) + " expert servers"

@@ -28,7 +28,17 @@ struct PlanOptions {
   int64_t remote_expert_frames = 0;             // experts in flight from k3-expert-servers (0: none)
   int remote_servers = 0;                       // how many servers share them (the table's note)
   int64_t max_expert_slots = -1;                // --expert-slots: cap below what the budget allows (-1: none)
+  int64_t spec_drafts = 0;                      // --spec: drafts per verify pass (0: no rollback region)
 };
+
+// --spec: the most drafts one verify pass takes.
+constexpr int64_t kMaxSpecDrafts = 16;
+
+// What compute holds to roll back a verify pass of `drafts` drafts (0 for 0; rollback.h): per
+// KDA layer the state before the pass (recurrent state + conv windows) and per position of the
+// pass its pre-conv q/k/v, recurrence inputs q/k/v/α and β, plus the pass's logits rows. MLA
+// needs only a length.
+int64_t SpecRollbackBytes(const ModelConfig& cfg, int64_t drafts);
 
 // What the model needs, independent of the budget.
 struct PlanModel {
@@ -75,6 +85,7 @@ struct MemoryPlan {
   int64_t tokenizer = 0;
   int64_t remote_frames = 0;  // expert fetcher: expert frames received from the expert servers
   int remote_servers = 0;
+  int64_t spec_rollback = 0;  // compute: speculation rollback journal (SpecRollbackBytes; 0 without --spec)
   // trunk arena
   std::vector<int> pinned_layers;  // ascending layer indices
   int64_t pinned_bytes = 0;        // pinned arena: header page + widened layers + widened globals run

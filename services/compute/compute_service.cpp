@@ -15,6 +15,7 @@
 #include "common/ipc/zmq_channel.h"
 #include "common/median.h"
 #include "common/sampling_check.h"
+#include "common/plan/memory_plan.h"
 #include "common/service/service_shell.h"
 #include "forward.h"
 #include "generate.h"
@@ -231,6 +232,9 @@ void ComputeService::Answer(const cp::Generate& g) {
   p.max_positions = std::max(0, g.max_positions);
   p.sampling = g.sampling;
   p.all_positions = g.perplexity;
+  if (g.spec < 0 || g.spec > plan::kMaxSpecDrafts)
+    throw BadInput("Generate.spec " + std::to_string(g.spec) + " outside [0, " + std::to_string(plan::kMaxSpecDrafts) + "]");
+  p.spec = g.spec;
   GreedyHooks hooks;
   PromptScorer scorer{feed};  // the ids this pass feeds (a kept state's last id first)
   if (g.perplexity)
@@ -290,7 +294,9 @@ void ComputeService::Answer(const cp::Generate& g) {
               S("rejected_messages", static_cast<double>(c.rejects.rejected + ctl_.rejects().rejected)),
               S("median_step_seconds", Median(r.token_seconds)),
               S("membw_probe_passes", static_cast<double>(probe_gbs.size())),
-              S("membw_probe_median_gbs", Median(probe_gbs))});
+              S("membw_probe_median_gbs", Median(probe_gbs)),
+              S("spec_drafted", static_cast<double>(r.spec_drafted)),
+              S("spec_accepted", static_cast<double>(r.spec_accepted))});
   cp::Done d;
   d.request_id = g.request_id;
   d.reason = WireReason(r.ending);
@@ -301,6 +307,8 @@ void ComputeService::Answer(const cp::Generate& g) {
   d.stats.position = static_cast<int32_t>(seq_ids_.size());
   d.stats.scored_tokens = static_cast<int32_t>(scorer.scored);
   d.stats.nll_sum = scorer.nll_sum;
+  d.stats.spec_drafted = static_cast<int32_t>(r.spec_drafted);
+  d.stats.spec_accepted = static_cast<int32_t>(r.spec_accepted);
   ipc::SendMessage(launcher_, ipc::Encode(d));
   const char* how = r.ending == Ending::kStopId        ? "stop id"
                     : r.ending == Ending::kInterrupted ? "interrupted"

@@ -48,6 +48,42 @@ Forward::Forward(const ModelConfig& cfg, const GlobalWeights& globals, LayerSour
 void Forward::Reset() {
   state_.Reset(cfg_);
   torn_ = false;
+  journal_.open = false;
+}
+
+void Forward::BeginVerify() {
+  journal_.open = true;
+  journal_.T = 0;
+  journal_.position = state_.position;
+  journal_.kda.resize(state_.kda.size());
+  for (KdaJournal& j : journal_.kda) j.recorded = false;
+  journal_.mla_len.resize(state_.mla.size());
+  for (size_t l = 0; l < state_.mla.size(); ++l) journal_.mla_len[l] = state_.mla[l].len;
+}
+
+void Forward::KeepFirst(int64_t keep) {
+  if (!journal_.open) throw RuntimeFailure("forward: KeepFirst without a verify pass");
+  if (keep < 0 || keep > journal_.T) throw RuntimeFailure("forward: KeepFirst beyond the verify pass");
+  journal_.open = false;
+  for (size_t l = 0; l < state_.kda.size(); ++l)
+    if (cfg_.layer_kind[l] == MixerKind::KDA) KdaKeepFirst(cfg_, state_.kda[l], journal_.kda[l], keep);
+  for (size_t l = 0; l < state_.mla.size(); ++l) {
+    if (cfg_.layer_kind[l] == MixerKind::KDA) continue;
+    MlaCache& m = state_.mla[l];
+    const int64_t len = journal_.mla_len[l] + keep;
+    if (m.len == len) continue;
+    // Rows are appended in order; the rows past `len` belong to rejected tokens.
+    m.len = len;
+    m.c.resize(static_cast<size_t>(len * cfg_.kv_lora_rank));
+    m.kpe.resize(static_cast<size_t>(len * cfg_.qk_rope_head_dim));
+  }
+  state_.position = journal_.position + keep;
+}
+
+int64_t Forward::journal_bytes() const {
+  int64_t n = 0;
+  for (const KdaJournal& j : journal_.kda) n += j.bytes();
+  return n;
 }
 
 void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logits,
@@ -79,7 +115,8 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
     if (fresh) B.push_back(std::move(P));  // snapshot before this layer; P ← ∅
     RmsChunk(a.data(), w.in_norm, T, H, eps, x.data());
     if (w.kind == MixerKind::KDA) {
-      KdaForward(cfg_, w.kda, state_.kda[static_cast<size_t>(l)], x.data(), T, o.data());
+      KdaForward(cfg_, w.kda, state_.kda[static_cast<size_t>(l)], x.data(), T, o.data(),
+                 journal_.open ? &journal_.kda[static_cast<size_t>(l)] : nullptr);
     } else {
       MlaForward(cfg_, w.mla, state_.mla[static_cast<size_t>(l)], x.data(), T, o.data());
     }
@@ -116,6 +153,7 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
   }
   state_.position += T;
   torn_ = false;
+  if (journal_.open) journal_.T = T;
 
   // Model output: AttnRes over the snapshots and h, final norm, lm_head.
   AttnResChunk(B, P.data(), g_.out_res_fold, T, H, eps, a.data());

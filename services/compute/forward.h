@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "expert_hints.h"
+#include "rollback.h"
 #include "sources.h"
 #include "state.h"
 #include "trace.h"
@@ -36,6 +37,15 @@ class Forward {
   // trace (may be null) gets the per-layer activations of these T tokens appended.
   void Run(const int32_t* ids, int64_t T, bool all_positions, float* logits, Tracer* trace);
 
+  // Speculative verification (speculate.h): the next Run records a journal (rollback.h), and
+  // KeepFirst(keep) then leaves the state exactly as if only the first `keep` tokens of that
+  // Run had been fed (0 <= keep <= T; 0 also after a Run a stop ended early). No weights are
+  // read. journal_bytes() is what the journal holds (the plan's spec-rollback region).
+  void BeginVerify();
+  void KeepFirst(int64_t keep);
+  bool verifying() const { return journal_.open; }
+  int64_t journal_bytes() const;
+
   // Called after every layer; when it returns true, Run throws StopAtSafePoint (sources.h).
   // Only ever reads a flag: it never touches the arithmetic.
   void SetStopCheck(std::function<bool()> check) { stop_check_ = std::move(check); }
@@ -52,6 +62,7 @@ class Forward {
   HeadSource* head_ = nullptr;
   SequenceState state_;
   bool torn_ = false;
+  VerifyJournal journal_;
   std::function<bool()> stop_check_;
   bool hints_on_ = false;
   NextLayerHints hints_;

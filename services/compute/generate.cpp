@@ -50,18 +50,34 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
   r.prefill_done = true;
   if (hooks.after_prefill) hooks.after_prefill(logits.data());
 
-  const auto t1 = Clock::now();
-  auto t_last = t1;  // end of the last completed decode step
   int64_t gen = p.gen;
   if (p.max_positions > 0)
     gen = std::min(gen, std::max<int64_t>(0, p.max_positions - fwd.position()));  // the whole sequence so far
-  // The sampler sees the whole sequence (a kept state's ids first): its position, the key of
-  // its draws, is absolute, so a continued sequence draws what one run of it would.
+  // The chooser sees the whole sequence (a kept state's ids first): the sampler's position, the
+  // key of its draws, is absolute, so a continued sequence draws what one run of it would.
   std::vector<int32_t> seq = p.prior;
   seq.insert(seq.end(), r.full.begin(), r.full.end());
+  const size_t before_generation = seq.size();
+  const TokenChooser choose =
+      p.choose ? p.choose : [&](const float* l, const std::vector<int32_t>& ids) {
+        return SampleToken(l, V, ids, static_cast<int64_t>(ids.size() - before_generation), p.sampling);
+      };
+  const bool speculate = p.spec > 0 && !p.full_recompute;
+  Speculator spec(fwd, V, p.spec, choose);
+  const auto t1 = Clock::now();
+  auto t_last = t1;  // end of the last completed decode step
   for (int64_t i = 0; i < gen; ++i) {
-    const int32_t next = SampleToken(logits.data(), V, seq, i, p.sampling);
-    if (hooks.on_chosen) hooks.on_chosen(logits.data(), next, i);
+    const float* chose_with = logits.data();  // the logits that choose `next`
+    int32_t next;
+    if (spec.pending()) {  // chosen by the last verify pass
+      const SpecToken t = spec.Pop();
+      next = t.id;
+      chose_with = t.logits;
+      r.token_seconds.push_back(t.seconds);
+    } else {
+      next = choose(chose_with, seq);
+    }
+    if (hooks.on_chosen) hooks.on_chosen(chose_with, next, i);
     r.generated.push_back(next);
     r.full.push_back(next);
     seq.push_back(next);
@@ -84,6 +100,10 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
       if (p.full_recompute) {
         fwd.Reset();
         prefill(r.full, false);
+      } else if (speculate) {
+        if (!spec.pending()) spec.Step(seq, gen - (i + 1), p.stop_ids);
+        t_last = Clock::now();
+        continue;  // each token's time is pushed as it is popped
       } else {
         fwd.Run(&next, 1, false, logits.data(), nullptr);
       }
@@ -94,6 +114,9 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
     r.token_seconds.push_back(since(ts));
     t_last = Clock::now();
   }
+  spec.Settle();  // the state keeps what was emitted (all but the last token fed)
+  r.spec_drafted = spec.drafted();
+  r.spec_accepted = spec.accepted();
   // Per-token figures over the completed decode steps only (a stop can cut the last one short).
   const auto steps = static_cast<int64_t>(r.token_seconds.size());
   r.decode_seconds = steps > 0 ? std::chrono::duration<double>(t_last - t1).count() : 0.0;

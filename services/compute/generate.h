@@ -8,6 +8,7 @@
 
 #include "forward.h"
 #include "sampler.h"
+#include "speculate.h"
 
 namespace k3::compute {
 
@@ -22,6 +23,8 @@ struct GreedyParams {
   Tracer* tracer = nullptr;    // first prompt pass only
   SamplingParams sampling;     // how each token is chosen (sampler.h); default greedy
   std::vector<int32_t> prior;  // the sequence's ids consumed before `ids` (a kept or loaded state)
+  TokenChooser choose;         // picks each token (speculate.h); empty: the sampler with `sampling`
+  int64_t spec = 0;            // n-gram drafts per verify pass (speculate.h); 0: one token per step
 };
 
 struct GreedyHooks {
@@ -49,13 +52,16 @@ struct GreedyResult {
   std::vector<double> token_seconds;  // wall time of each decode step (gen - 1 of them)
   Ending ending = Ending::kLength;
   bool prefill_done = false;  // false: stopped during the prompt pass (no logits, no token)
+  int64_t spec_drafted = 0, spec_accepted = 0;  // drafts verified, and of them emitted
 };
 
 // Strict argmax: ties keep the lowest id.
 int32_t Argmax(const float* v, int64_t n);
 
 // Runs the prompt then up to p.gen tokens (fewer when p.max_positions leaves less room; the
-// caller refuses a prompt longer than max_positions). A StopAtSafePoint from the forward pass or
+// caller refuses a prompt longer than max_positions; p.spec > 0: several per forward pass, the
+// same ids; ignored with full_recompute; token_seconds then holds each token's share of its
+// pass). A StopAtSafePoint from the forward pass or
 // hooks.should_stop() ends it early with ending = kInterrupted; the ids produced until then
 // are exactly those of an uninterrupted run.
 GreedyResult RunGreedy(Forward& fwd, int64_t vocab, const GreedyParams& p, const GreedyHooks& hooks);

@@ -7,8 +7,26 @@
 
 namespace k3::compute {
 
+namespace {
+
+// The delta-rule recurrence of head h over T tokens of [T][P] inputs (β: [T][H]), in token
+// order; `each(offset of the token's head slice, read-out)` after every step. The forward
+// pass and the rollback replay share it, so the replayed state has the forward's bits.
+template <class Each>
+void HeadSteps(float* S, int64_t D, int64_t P, int64_t H, int64_t h, int64_t T, const float* q, const float* k,
+               const float* v, const float* a, const float* beta, Each each) {
+  std::vector<float> o(static_cast<size_t>(D));
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t off = t * P + h * D;
+    KdaStep(S, D, q + off, k + off, v + off, a + off, beta[t * H + h], o.data());
+    each(off, o.data());
+  }
+}
+
+}  // namespace
+
 void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const float* x,
-                int64_t T, float* out) {
+                int64_t T, float* out, KdaJournal* journal) {
   const int64_t P = cfg.kda_proj(), H = cfg.kda_heads, D = cfg.kda_head_dim;
   const int K = static_cast<int>(cfg.conv_kernel);
   const size_t TP = static_cast<size_t>(T * P);
@@ -23,6 +41,17 @@ void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const
   kern::Matmul(w.f_a, x, T, fa.data());
   kern::Matmul(w.f_b, fa.data(), T, z.data());
   kern::Matmul(w.g, x, T, gate.data());
+
+  if (journal) {  // the state before the pass and the pre-conv inputs (the conv runs in place)
+    journal->recorded = true;
+    journal->T = T;
+    journal->S0 = st.S;
+    journal->conv0.clear();
+    journal->pre.clear();
+    for (const std::vector<float>* u : {&st.conv_q, &st.conv_k, &st.conv_v})
+      journal->conv0.insert(journal->conv0.end(), u->begin(), u->end());
+    for (const std::vector<float>* u : {&q, &k, &v}) journal->pre.insert(journal->pre.end(), u->begin(), u->end());
+  }
 
   // 2. short causal conv + SiLU, in place; channels are independent, time is sequential.
   const int64_t kChanBlock = 256;
@@ -55,21 +84,47 @@ void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const
     KdaGate(w.a_log.data() + h, zh, w.dt_bias.data() + h * D, 1, D, cfg.gate_lower_bound, zh);
     for (int64_t d = 0; d < D; ++d) zh[d] = std::exp(zh[d]);  // α = exp(g)
   }
+  if (journal) {
+    journal->q = q;
+    journal->k = k;
+    journal->v = v;
+    journal->a = z;
+    journal->beta = beta;
+  }
 
   // 6. delta-rule recurrence: heads in parallel, tokens in order; 7. gated norm per head.
 #pragma omp parallel for schedule(static)
-  for (int64_t h = 0; h < H; ++h) {
-    float* S = st.S.data() + h * D * D;
-    std::vector<float> o(static_cast<size_t>(D));
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t off = t * P + h * D;
-      KdaStep(S, D, q.data() + off, k.data() + off, v.data() + off, z.data() + off,
-              beta[static_cast<size_t>(t * H + h)], o.data());
-      GatedRmsNorm(o.data(), w.o_norm.data(), gate.data() + off, D, cfg.rms_norm_eps,
-                   y.data() + off);
+  for (int64_t h = 0; h < H; ++h)
+    HeadSteps(st.S.data() + h * D * D, D, P, H, h, T, q.data(), k.data(), v.data(), z.data(), beta.data(),
+              [&](int64_t off, const float* o) {
+                GatedRmsNorm(o, w.o_norm.data(), gate.data() + off, D, cfg.rms_norm_eps, y.data() + off);
+              });
+  kern::Matmul(w.o, y.data(), T, out);
+}
+
+void KdaKeepFirst(const ModelConfig& cfg, KdaState& st, const KdaJournal& j, int64_t keep) {
+  const int64_t P = cfg.kda_proj(), H = cfg.kda_heads, D = cfg.kda_head_dim;
+  const int64_t W = cfg.conv_kernel > 0 ? cfg.conv_kernel - 1 : 0;
+  if (!j.recorded || keep == j.T) return;  // nothing recorded, or everything kept
+  st.S = j.S0;
+  // Conv windows: the previous K-1 pre-conv inputs, shifted exactly as ShortConv does.
+  std::vector<float>* win[3] = {&st.conv_q, &st.conv_k, &st.conv_v};
+  for (int s = 0; s < 3; ++s) {
+    std::copy(j.conv0.begin() + s * P * W, j.conv0.begin() + (s + 1) * P * W, win[s]->begin());
+    const float* u = j.pre.data() + s * j.T * P;
+    for (int64_t c = 0; c < P && W > 0; ++c) {
+      float* w = win[s]->data() + c * W;
+      for (int64_t t = 0; t < keep; ++t) {
+        for (int64_t i = 0; i + 1 < W; ++i) w[i] = w[i + 1];
+        w[W - 1] = u[t * P + c];
+      }
     }
   }
-  kern::Matmul(w.o, y.data(), T, out);
+  // The recurrence: the same KdaStep calls on the recorded inputs, heads in parallel.
+#pragma omp parallel for schedule(static)
+  for (int64_t h = 0; h < H; ++h)
+    HeadSteps(st.S.data() + h * D * D, D, P, H, h, keep, j.q.data(), j.k.data(), j.v.data(), j.a.data(),
+              j.beta.data(), [](int64_t, const float*) {});
 }
 
 }  // namespace k3::compute

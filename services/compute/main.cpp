@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
   app.add_option("--ids", ids_text, "prompt token ids, comma separated");
   app.add_option("--gen", opt.gen, "tokens to generate (0 = prefill only)");
   app.add_flag("--full-recompute", opt.full_recompute, "re-run the whole prefix every step");
+  app.add_option("--spec", opt.spec,
+                 "speculative decoding: up to N n-gram drafts verified per forward pass, 0 to 16 "
+                 "(same ids as 0; default 0)");
   app.add_option("--prefill-chunk", opt.prefill_chunk, "prompt tokens per forward chunk");
   app.add_option("--threads", opt.threads, "OpenMP threads (default: all cores)");
   app.add_option("--dump-logits", opt.dump_logits, "float32 logits choosing the first token");

@@ -5,14 +5,20 @@
 #include <cstdint>
 #include <string>
 
+#include "rollback.h"
 #include "sources.h"
 #include "state.h"
 
 namespace k3::compute {
 
 // Kimi Delta Attention (docs/model.md, "Kimi Delta Attention"); advances the recurrent state and conv windows.
+// `journal` (may be null) records what KdaKeepFirst needs (rollback.h).
 void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const float* x,
-                int64_t T, float* out);
+                int64_t T, float* out, KdaJournal* journal = nullptr);
+
+// Returns st to "after the first `keep` tokens" of the pass `j` recorded: the snapshot, then
+// the conv-window shifts and KdaSteps of those tokens replayed. No weights are needed.
+void KdaKeepFirst(const ModelConfig& cfg, KdaState& st, const KdaJournal& j, int64_t keep);
 
 // Gated MLA with NoPE in the absorbed form over the latent cache ("Gated MLA"); appends T rows.
 void MlaForward(const ModelConfig& cfg, const MlaWeights& w, MlaCache& cache, const float* x,

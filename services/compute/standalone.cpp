@@ -18,6 +18,7 @@
 #include "../../common/median.h"
 #include "common/end_ids.h"
 #include "common/sampling_check.h"
+#include "../../common/plan/memory_plan.h"
 #include "common/service/service_shell.h"
 #include "common/stdout_writer.h"
 #include "forward.h"
@@ -55,6 +56,9 @@ int RunStandalone(const StandaloneOptions& opt) {
   if (opt.gen < 0) throw UsageError("--gen must be >= 0");
   if (opt.prefill_chunk < 1) throw UsageError("--prefill-chunk must be >= 1");
   if (opt.threads < 0) throw UsageError("--threads must be >= 1");
+  if (opt.spec < 0 || opt.spec > plan::kMaxSpecDrafts)
+    throw UsageError("--spec must be 0 to " + std::to_string(plan::kMaxSpecDrafts));
+  if (opt.spec > 0 && opt.full_recompute) throw UsageError("--spec needs incremental decoding, not --full-recompute");
   if (opt.mla_norm_eps && !(*opt.mla_norm_eps > 0)) throw UsageError("--mla-norm-eps must be > 0");
   if (const std::string bad = SamplingProblem(opt.sampling, opt.logprobs); !bad.empty()) throw UsageError(bad);
   CheckWritable(opt.out, "--out");
@@ -138,6 +142,7 @@ int RunStandalone(const StandaloneOptions& opt) {
   gp.max_positions = context;
   gp.prior = consumed;
   gp.all_positions = opt.tf_check || tracer || opt.perplexity;
+  gp.spec = opt.spec;
   gp.tracer = tracer.get();
   gp.sampling = opt.sampling;
   std::vector<int32_t> tf_pred;
@@ -201,6 +206,9 @@ int RunStandalone(const StandaloneOptions& opt) {
   std::fprintf(stderr, "[compute] %zu tokens generated, %.4f s/token, prefill %.2f tok/s\n",
                generated.size(), spt,
                static_cast<double>(opt.ids.size()) / (prefill_s > 0 ? prefill_s : 1e-9));
+  if (opt.spec > 0)
+    std::fprintf(stderr, "[compute] speculation: %lld drafts verified, %lld accepted\n",
+                 static_cast<long long>(res.spec_drafted), static_cast<long long>(res.spec_accepted));
 
   if (opt.perplexity && scorer.scored > 0)
     std::fprintf(stderr, "[compute] prompt perplexity %.4f (%.4f nats/token over %lld tokens)\n",
@@ -227,7 +235,10 @@ int RunStandalone(const StandaloneOptions& opt) {
                         {"isa", kern::ActiveIsa()},
                         {"expert_inputs", opt.expert_inputs},
                         {"expert_isa", ExpertIsa(cfg)},
-                        {"layers", cfg.num_layers}};
+                        {"layers", cfg.num_layers},
+                        {"spec", opt.spec},
+                        {"spec_drafted", res.spec_drafted},
+                        {"spec_accepted", res.spec_accepted}};
     if (interrupted) r["interrupted"] = true;
     if (loaded) r["state_loaded_tokens"] = loaded->ids.size();
     r["finish_reason"] = interrupted ? "interrupted" : res.ending == Ending::kStopId ? "stop" : "length";

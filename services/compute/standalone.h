@@ -16,6 +16,7 @@ struct StandaloneOptions {
   std::vector<int32_t> ids;
   int64_t gen = 8;
   bool full_recompute = false;
+  int64_t spec = 0;  // n-gram drafts per verify pass (speculate.h)
   int64_t prefill_chunk = 64;
   int threads = 0;  // 0 = all cores
   std::string dump_logits, dump_trace, out;
