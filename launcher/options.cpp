@@ -96,6 +96,13 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
           throw bad("a list of non-negative token ids");
         opt.stop_ids.push_back(static_cast<int32_t>(*e.value<int64_t>()));
       }
+    } else if (k == "chat" || k == "no_think") {
+      if (!node.is_boolean()) throw bad("true or false");
+      (k == "chat" ? opt.chat : opt.no_think) = *node.value<bool>();
+    } else if (k == "system") opt.system = str();
+    else if (k == "thinking_effort") {
+      opt.thinking_effort = str();
+      opt.thinking_effort_given = true;
     } else if (k == "out") opt.out = str();
     else throw UsageError(source_name + ": unknown key '" + k + "'");
   }
@@ -135,6 +142,10 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_flag("--no-prefetch-hints", no_hints, "do not send next-layer expert guesses to the fetcher");
   app.add_flag("--probe-membw", cli.probe_membw,
                "benchmarks: compute times one read of the resident weights after every decode step");
+  app.add_flag("--chat", cli.chat, "interactive chat in the terminal (docs/chat.md; needs a tokenizer)");
+  app.add_option("--system", cli.system, "chat: the system message");
+  app.add_option("--thinking-effort", cli.thinking_effort, "chat: thinking effort low, high or max (default max)");
+  app.add_flag("--no-think", cli.no_think, "chat: no thinking channel, the answer only");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -177,6 +188,13 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
       opt.stop_ids.push_back(static_cast<int32_t>(id));
   }
   if (cli.quiet) opt.quiet = true;
+  if (cli.chat) opt.chat = true;
+  if (given("--system")) opt.system = cli.system;
+  if (given("--thinking-effort")) {
+    opt.thinking_effort = cli.thinking_effort;
+    opt.thinking_effort_given = true;
+  }
+  if (cli.no_think) opt.no_think = true;
   opt.dry_run = cli.dry_run;
   if (no_hints) opt.prefetch_hints = false;
   opt.probe_membw = cli.probe_membw;
@@ -205,6 +223,14 @@ void CheckOptions(const LaunchOptions& opt) {
     throw UsageError("expert_server_timeout must be between 0.1 and 86400 seconds");
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
     throw UsageError("--io: unknown backend '" + opt.io + "' (direct, pread, uring, mmap)");
+  if (opt.thinking_effort != "low" && opt.thinking_effort != "high" && opt.thinking_effort != "max")
+    throw UsageError("--thinking-effort: '" + opt.thinking_effort + "' is not low, high or max");
+  if (opt.no_think && opt.thinking_effort_given)
+    throw UsageError("--no-think and --thinking-effort contradict each other");
+  if (!opt.chat && (!opt.system.empty() || opt.no_think || opt.thinking_effort_given))
+    throw UsageError("--system, --thinking-effort and --no-think need --chat");
+  if (opt.chat && (!opt.prompt.empty() || !opt.prompt_file.empty() || !opt.ids.empty()))
+    throw UsageError("--chat takes its prompts from the terminal: no --prompt, --prompt-file or --ids");
 }
 
 }  // namespace k3::launch

@@ -35,6 +35,12 @@ struct LaunchOptions {
   bool probe_membw = false;       // benchmarks: compute times a read of the resident weights per step
   double ready_timeout = 120;     // seconds to wait for every service's Ready
   double shutdown_timeout = 5;    // seconds between Shutdown and SIGTERM
+  // Chat (--chat, launcher/chat.h, docs/chat.md): a terminal REPL instead of one prompt.
+  bool chat = false;
+  std::string system;                   // --system: the conversation's system message
+  std::string thinking_effort = "max";  // --thinking-effort: low, high or max
+  bool no_think = false;                // --no-think: no thinking channel
+  bool thinking_effort_given = false;   // set by the TOML or the flag (refused with no_think)
 };
 
 // The most compute threads k3-launch accepts: 4 x the online CPUs.

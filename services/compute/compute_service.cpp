@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <deque>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -40,6 +41,7 @@ cp::StopReason WireReason(Ending e) {
   switch (e) {
     case Ending::kStopId: return cp::StopReason::kStopId;
     case Ending::kInterrupted: return cp::StopReason::kInterrupted;
+    case Ending::kCancelled: return cp::StopReason::kCancelled;
     case Ending::kLength: break;
   }
   return cp::StopReason::kLength;
@@ -54,12 +56,21 @@ class ComputeService {
   void Start();
   std::vector<ipc::control::Stat> StartStats() const { return {S("threads", omp_get_max_threads())}; }
   // Answers Generates until a Shutdown or stop signal between requests, or a stop inside one.
+  // Messages that arrived during a request (kept by PollCancel) are answered first, in order.
   void Serve() {
     while (!interrupted_ && svc::WaitForWork(ctl_, {launcher_}, std::chrono::milliseconds(500)))
       while (!interrupted_) {
-        auto m = ipc::ReceiveVerified(launcher_, false, ipc::DecodeCompute, Clock::now(), counters_.rejects);
-        if (!m) break;
-        if (const auto* g = std::get_if<cp::Generate>(&m->message)) Answer(*g);
+        std::optional<cp::Message> msg;
+        if (!held_.empty()) {
+          msg = std::move(held_.front());
+          held_.pop_front();
+        } else if (auto m = ipc::ReceiveVerified(launcher_, false, ipc::DecodeCompute, Clock::now(), counters_.rejects)) {
+          msg = std::move(m->message);
+        }
+        if (!msg) break;
+        // A Cancel between requests names a request that has already ended: nothing to do.
+        if (const auto* g = std::get_if<cp::Generate>(&*msg)) Answer(*g);
+        else if (const auto* op = std::get_if<cp::StateOp>(&*msg)) AnswerState(*op);
       }
   }
   void Finish() {}
@@ -70,6 +81,8 @@ class ComputeService {
  private:
   void Answer(const cp::Generate& g);
   void PrefillProgress(int64_t done, int64_t total);
+  bool PollCancel(uint64_t request_id);
+  void AnswerState(const cp::StateOp& op);
 
   const PipelineOptions& opt_;
   zmq::context_t& ctx_;
@@ -87,7 +100,26 @@ class ComputeService {
   std::unique_ptr<Forward> fwd_;
   std::vector<MemRegion> probe_regions_;  // pinned + expert arenas (--probe-membw)
   Clock::time_point last_progress_{};
+  std::deque<cp::Message> held_;  // arrived during a request, answered after it (not lost)
+  // The sequence's ids (prompts and generated); the forward state has consumed the first
+  // fwd_->position() of them, the rest are fed before the next prompt (Generate.keep_state).
+  std::vector<int32_t> seq_ids_;
 };
+
+// Between decode steps, without waiting: true when a Cancel for `request_id` has arrived. A
+// Cancel for any other request is ignored; any other message (a next Generate, say) is kept
+// in held_ and answered, in order, once this request is done.
+bool ComputeService::PollCancel(uint64_t request_id) {
+  bool cancel = false;
+  while (auto m = ipc::ReceiveVerified(launcher_, false, ipc::DecodeCompute, Clock::now(), counters_.rejects)) {
+    if (const auto* c = std::get_if<cp::Cancel>(&m->message)) {
+      if (c->request_id == request_id) cancel = true;
+    } else {
+      held_.push_back(std::move(m->message));
+    }
+  }
+  return cancel;
+}
 
 void ComputeService::Start() {
   omp_set_num_threads(opt_.threads > 0 ? opt_.threads : omp_get_num_procs());
@@ -136,18 +168,50 @@ void ComputeService::PrefillProgress(int64_t done, int64_t total) {
               S("prefill_tokens_total", static_cast<double>(total))});
 }
 
+// StateOp: Reset here; Save/Load (state files) come with services/compute/state_file.* (the
+// state lane of issue 13) and are refused until then, leaving the state as it was.
+void ComputeService::AnswerState(const cp::StateOp& op) {
+  cp::StateDone d;
+  d.request_id = op.request_id;
+  if (op.action == cp::StateAction::kReset) {
+    fwd_->Reset();
+    seq_ids_.clear();
+    d.ok = true;
+  } else {
+    d.error = "state files are not implemented in this build";
+  }
+  d.position = static_cast<int32_t>(seq_ids_.size());
+  d.ids = seq_ids_;
+  ipc::SendMessage(launcher_, ipc::Encode(d));
+}
+
 void ComputeService::Answer(const cp::Generate& g) {
-  if (g.ids.empty()) throw BadInput("Generate without prompt ids");
   for (int32_t id : g.ids)
     if (id < 0 || id >= cfg_.vocab_size) throw BadInput("prompt id " + std::to_string(id) + " outside the vocabulary");
-  fwd_->Reset();
+  // keep_state: the ids not consumed yet (the last generated one, say) go first, then the prompt.
+  std::vector<int32_t> feed;
+  size_t kept = 0;
+  if (g.keep_state) {
+    kept = static_cast<size_t>(fwd_->position());
+    feed.assign(seq_ids_.begin() + static_cast<std::ptrdiff_t>(kept), seq_ids_.end());
+  } else {
+    fwd_->Reset();
+    seq_ids_.clear();
+  }
+  feed.insert(feed.end(), g.ids.begin(), g.ids.end());
+  if (feed.empty()) throw BadInput("Generate without prompt ids");
+  if (g.max_positions > 0 && static_cast<int64_t>(kept + feed.size()) > g.max_positions)
+    throw BadInput("Generate: a prompt of " + std::to_string(kept + feed.size()) + " tokens does not fit max_positions " +
+                   std::to_string(g.max_positions));
   const PipelineCounters at_start = counters_;  // waits before this request (start-up) excluded below
   GreedyParams p;
-  p.ids = g.ids;
+  p.ids = feed;
   p.gen = std::max(0, g.gen);
   p.full_recompute = g.full_recompute;
   p.prefill_chunk = g.prefill_chunk > 0 ? g.prefill_chunk : 64;
   p.stop_ids = g.stop_ids;
+  // The context bound counts the kept ids too (generate.cpp sees only the ids fed now).
+  p.max_positions = g.max_positions > 0 ? std::max<int64_t>(1, g.max_positions - static_cast<int64_t>(kept)) : 0;
   GreedyHooks hooks;
   // Waits of the decode steps alone (the prompt pass also waits for start-up reads), so the
   // launcher can show I/O wait per generated token.
@@ -171,8 +235,11 @@ void ComputeService::Answer(const cp::Generate& g) {
     if (opt_.probe_membw && index > 0) probe_gbs.push_back(ProbeReadGBs(probe_regions_));  // between steps
   };
   hooks.should_stop = [this] { return stop_(); };
+  hooks.cancelled = [&] { return PollCancel(g.request_id); };
   const GreedyResult r = RunGreedy(*fwd_, cfg_.vocab_size, p, hooks);
   interrupted_ = r.ending == Ending::kInterrupted;
+  seq_ids_.resize(kept);
+  seq_ids_.insert(seq_ids_.end(), r.full.begin(), r.full.end());
   // Stats first, then Done (the launcher's report waits for both; docs/pipeline.md).
   const PipelineCounters& c = counters_;
   ctl_.Stats({S("trunk_wait_seconds", c.trunk_wait_seconds),
@@ -200,8 +267,12 @@ void ComputeService::Answer(const cp::Generate& g) {
   d.stats.generated_tokens = static_cast<int32_t>(r.generated.size());
   d.stats.prefill_seconds = r.prefill_seconds;
   d.stats.seconds_per_token = r.seconds_per_token;
+  d.stats.position = static_cast<int32_t>(seq_ids_.size());
   ipc::SendMessage(launcher_, ipc::Encode(d));
-  const char* how = r.ending == Ending::kStopId ? "stop id" : r.ending == Ending::kInterrupted ? "interrupted" : "length";
+  const char* how = r.ending == Ending::kStopId        ? "stop id"
+                    : r.ending == Ending::kInterrupted ? "interrupted"
+                    : r.ending == Ending::kCancelled   ? "cancel"
+                                                       : "length";
   std::fprintf(stderr,
                "[compute] stats: %zu tokens generated (ended by %s), prefill %.2f s, %.4f s/token, "
                "waits trunk %.2f s expert %.2f s, %llu rejected messages\n",

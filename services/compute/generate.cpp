@@ -52,7 +52,10 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
 
   const auto t1 = Clock::now();
   auto t_last = t1;  // end of the last completed decode step
-  for (int64_t i = 0; i < p.gen; ++i) {
+  int64_t gen = p.gen;
+  if (p.max_positions > 0)
+    gen = std::min(gen, std::max<int64_t>(0, p.max_positions - static_cast<int64_t>(p.ids.size())));
+  for (int64_t i = 0; i < gen; ++i) {
     const int32_t next = Argmax(logits.data(), V);
     r.generated.push_back(next);
     r.full.push_back(next);
@@ -61,9 +64,13 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
       r.ending = Ending::kStopId;
       break;
     }
-    if (i + 1 == p.gen) break;
+    if (i + 1 == gen) break;
     if (stop_now()) {
       r.ending = Ending::kInterrupted;
+      break;
+    }
+    if (hooks.cancelled && hooks.cancelled()) {
+      r.ending = Ending::kCancelled;
       break;
     }
     const auto ts = Clock::now();

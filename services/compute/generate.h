@@ -16,6 +16,7 @@ struct GreedyParams {
   bool full_recompute = false;
   int64_t prefill_chunk = 64;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
+  int64_t max_positions = 0;      // > 0: prompt + generated ids never exceed it (the context)
   bool all_positions = false;  // first prompt pass keeps every position's logits (hook below)
   Tracer* tracer = nullptr;    // first prompt pass only
 };
@@ -28,10 +29,14 @@ struct GreedyHooks {
   // Asked between tokens (the forward pass asks between layers through Forward::SetStopCheck);
   // true ends the request at that point with what was generated so far.
   std::function<bool()> should_stop;
+  // Asked between tokens after should_stop: true ends the request (Ending::kCancelled) with
+  // what was generated so far (compute: a Cancel for this request arrived).
+  std::function<bool()> cancelled;
 };
 
 // Why a generation ended (compute.fbs StopReason mirrors it).
-enum class Ending { kLength, kStopId, kInterrupted };
+// kLength: p.gen tokens, or the context (max_positions) is full.
+enum class Ending { kLength, kStopId, kInterrupted, kCancelled };
 
 struct GreedyResult {
   std::vector<int32_t> generated, full;
@@ -44,7 +49,8 @@ struct GreedyResult {
 // Strict argmax: ties keep the lowest id.
 int32_t Argmax(const float* v, int64_t n);
 
-// Runs the prompt then up to p.gen tokens. A StopAtSafePoint from the forward pass or
+// Runs the prompt then up to p.gen tokens (fewer when p.max_positions leaves less room; the
+// caller refuses a prompt longer than max_positions). A StopAtSafePoint from the forward pass or
 // hooks.should_stop() ends it early with ending = kInterrupted; the ids produced until then
 // are exactly those of an uninterrupted run.
 GreedyResult RunGreedy(Forward& fwd, int64_t vocab, const GreedyParams& p, const GreedyHooks& hooks);
