@@ -225,6 +225,7 @@ Session::Input Session::ReadLine(std::string* line) {
       *line = inbuf_.substr(0, nl);
       inbuf_.erase(0, nl + 1);
       if (!line->empty() && line->back() == '\r') line->pop_back();
+      if (tty_) host_.InputLineEnded();
       return Input::kLine;
     }
     if (eof_) {

@@ -91,6 +91,8 @@ class ChatHost {
   virtual std::deque<ipc::compute::Message>& ComputeInbox() = 0;  // Token, Done, StateDone
   virtual void Out(const std::string& s) = 0;   // stdout (the conversation)
   virtual void Note(const std::string& s) = 0;  // one stderr line
+  // The user ended a line on the terminal: the cursor is at the start of a row again.
+  virtual void InputLineEnded() = 0;
   virtual zmq::context_t& Context() = 0;
   virtual std::string TokenizerEndpoint() const = 0;
 };

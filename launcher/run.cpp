@@ -82,6 +82,7 @@ class Runner : public ChatHost {
   std::deque<ipc::compute::Message>& ComputeInbox() override { return chat_inbox_; }
   void Out(const std::string& s) override;  // generated ids / text to stdout
   void Note(const std::string& s) override { progress_.Always(s); }
+  void InputLineEnded() override { progress_.AfterStdout(true); }
   zmq::context_t& Context() override { return ctx_; }
   std::string TokenizerEndpoint() const override { return tokenizer_endpoint_; }
 
@@ -190,7 +191,10 @@ void Runner::OnStats(const std::string& service) {
     const double done = get("prefill_tokens_done"), total = get("prefill_tokens_total");
     const double s = std::chrono::duration<double>(Clock::now() - t_generate_).count();
     const std::string text = ProgressText("prefill", done, total, s, false);
-    if (done >= total) {
+    if (chat_active_) {  // every turn has its prefill: a live line only
+      if (done >= total) progress_.Clear();
+      else progress_.Show(text);
+    } else if (done >= total) {
       prefill_reported_ = true;
       progress_.Info(text);
     } else {

@@ -95,7 +95,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=4, help="chat conversations per step")
     ap.add_argument("--seq", type=int, default=192)
-    ap.add_argument("--text-batch", type=int, default=0, help="plain fortune windows of 128 ids per step")
+    ap.add_argument("--text-batch", type=int, default=2, help="plain fortune windows of 128 ids per step")
     ap.add_argument("--lr", type=float, default=2.5e-3)
     ap.add_argument("--eval-chats", type=int, default=8, help="held-out conversations scored before and after")
     ap.add_argument("--threads", type=int, default=1)
