@@ -16,7 +16,6 @@ train/demo_metrics.json (losses, greedy chat replies and whether each ended by i
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -130,13 +129,7 @@ def main(argv=None):
     base_chat = chat_eval(model, r, valid_pool, args.seq, args.eval_chats, args.seed + 1)
     train_demo.log(f"base: text {base_text:.4f}, chat (assistant ids) {base_chat:.4f} nats/token")
 
-    bias_keys = [k for n, k in model.names.items() if n.endswith("e_score_correction_bias")]
-    for k in bias_keys:
-        model.params[k].requires_grad_(False)
-    decay = [p for k, p in model.params.items() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for k, p in model.params.items() if p.requires_grad and p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95))
+    opt = train_demo.make_optimizer(model, args.lr)
     rng = np.random.default_rng(args.seed)
     data = torch.from_numpy(tr_ids)
     warm, t0, ema, history = 10, time.time(), None, []
@@ -168,10 +161,7 @@ def main(argv=None):
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        with torch.no_grad():
-            for L, load in stats.items():
-                b = model.lp(L, "block_sparse_moe.gate.e_score_correction_bias")
-                b += 1e-3 * torch.sign(load.mean() - load)
+        train_demo.balance_experts(model, stats)
         ema = loss.item() if ema is None else 0.9 * ema + 0.1 * loss.item()
         if step % 5 == 0 or step == args.steps - 1:
             el = time.time() - t0

@@ -124,9 +124,14 @@ class ChatTmux(unittest.TestCase):
         self.terms.append(t)
         return t
 
-    def report(self, name):
+    def ended(self, t, name, end):
+        """Waits for the exit (code 0) and returns the session's --out report, checking its `end`."""
+        self.assertEqual(t.exit_code(), 0, t.screen())
         with open(os.path.join(self.tmp, name + ".json")) as f:
-            return json.load(f)
+            rep = json.load(f)
+        self.assertEqual(rep["mode"], "chat")
+        self.assertEqual(rep["end"], end)
+        return rep
 
     def test_1_two_turns_save_load(self):
         out = os.path.join(self.tmp, "a.json")
@@ -143,11 +148,7 @@ class ChatTmux(unittest.TestCase):
         t.type(u2)
         t.wait_prompt(4)
         t.type("/quit")
-        self.assertEqual(t.exit_code(), 0, t.screen())
-        rep = self.report("a")
-        self.assertEqual(rep["mode"], "chat")
-        self.assertEqual(rep["end"], "quit")
-        a1, a2 = rep["turns"]
+        a1, a2 = self.ended(t, "a", "quit")["turns"]
         for turn in (a1, a2):
             self.assertEqual(turn["finish_reason"], "stop", f"the demo's reply did not end by itself: {turn}")
             self.assertTrue(turn["response"].strip(), turn)
@@ -180,10 +181,7 @@ class ChatTmux(unittest.TestCase):
         t2.type(u2)
         t2.wait_prompt(3)
         t2.keys("C-d")
-        self.assertEqual(t2.exit_code(), 0, t2.screen())
-        rep2 = self.report("b")
-        self.assertEqual(rep2["end"], "end_of_input")
-        (b2,) = rep2["turns"]
+        (b2,) = self.ended(t2, "b", "end_of_input")["turns"]
         for k in ("response", "reasoning", "prompt_tokens", "reused_tokens", "generated_tokens", "finish_reason"):
             self.assertEqual(b2[k], a2[k], k)
 
@@ -211,10 +209,7 @@ class ChatTmux(unittest.TestCase):
         t.wait_prompt(2, timeout=30)
         time.sleep(1.0)
         t.keys("C-c")  # at the prompt: ends the session
-        self.assertEqual(t.exit_code(), 0, t.screen())
-        rep = self.report("c")
-        self.assertEqual(rep["end"], "interrupt")
-        (turn,) = rep["turns"]
+        (turn,) = self.ended(t, "c", "interrupt")["turns"]
         self.assertEqual(turn["finish_reason"], "cancelled", turn)
         self.assertGreater(turn["generated_tokens"], 0)
         self.assertLess(turn["generated_tokens"], 60000 - turn["prompt_tokens"] - 1)
