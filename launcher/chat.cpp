@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -413,6 +414,12 @@ void Session::Command(const std::string& line) {
   std::string arg = sp == std::string::npos ? "" : line.substr(sp + 1);
   while (!arg.empty() && arg.back() == ' ') arg.pop_back();
   while (!arg.empty() && arg.front() == ' ') arg.erase(0, 1);
+  // State files are named relative to where the user is, whatever compute's directory.
+  if (!arg.empty() && (cmd == "/save" || cmd == "/load")) {
+    std::error_code ec;
+    const auto abs = std::filesystem::absolute(arg, ec);
+    if (!ec) arg = abs.string();
+  }
   if (cmd == "/quit" || cmd == "/exit") {
     quit_ = true;
   } else if (cmd == "/help") {

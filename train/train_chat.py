@@ -2,7 +2,7 @@
 """Fine-tune the demo model on K3's XTML chat format, so a chat turn ends by itself.
 
     /usr/bin/python3 train/train_chat.py [--base DIR] [--out models/k3-demo-tiny]
-        [--steps 100] [--threads 1]
+        [--steps S] [--from-snapshot build-demo/chat-stepS.pt] [--threads 1]
 
 Starts from the fortune model that train/train_demo.py writes (--base; the default
 `build-demo/base` is made by `train_demo.py --out build-demo/base` when missing) and trains on
@@ -91,7 +91,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", default=os.path.join(ROOT, "build-demo", "base"))
     ap.add_argument("--out", default=os.path.join(ROOT, "models", "k3-demo-tiny"))
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=110)
     ap.add_argument("--batch", type=int, default=4, help="chat conversations per step")
     ap.add_argument("--seq", type=int, default=192)
     ap.add_argument("--text-batch", type=int, default=2, help="plain fortune windows of 128 ids per step")
@@ -132,7 +132,7 @@ def main(argv=None):
     opt = train_demo.make_optimizer(model, args.lr)
     rng = np.random.default_rng(args.seed)
     data = torch.from_numpy(tr_ids)
-    warm, t0, ema, history = 10, time.time(), None, []
+    warm, t0, ema, history, trained_minutes = 10, time.time(), None, [], None
     if args.from_snapshot:
         snap = torch.load(args.from_snapshot)
         if snap["step"] != args.steps:
@@ -141,6 +141,7 @@ def main(argv=None):
             for k, v in snap["params"].items():
                 model.params[k].copy_(v)
         history = snap["history"]
+        trained_minutes = snap.get("minutes")
     for step in range(0 if args.from_snapshot else args.steps):
         # Constant after warm-up: the first S steps of any run are the run of --steps S, so a
         # snapshot at step S is exactly what `--steps S` exports.
@@ -169,11 +170,11 @@ def main(argv=None):
                            f"{el / (step + 1):.2f} s/step, {el / 60:.1f} min")
             history.append([step, round(ema, 4)])
         if args.snapshot_every and (step + 1) % args.snapshot_every == 0:
-            torch.save({"step": step + 1, "history": list(history),
+            torch.save({"step": step + 1, "history": list(history), "minutes": (time.time() - t0) / 60,
                         "params": {k: p.detach().clone() for k, p in model.params.items()}},
                        os.path.join(args.work, f"chat-step{step + 1}.pt"))
 
-    minutes = round((time.time() - t0) / 60, 1)
+    minutes = round(trained_minutes if args.from_snapshot and trained_minutes else (time.time() - t0) / 60, 1)
     model.qat = False
     train_demo.write_checkpoint(args.out, d, model.export(), args.base)
     model.load(train_demo.read_back(args.out, d))
