@@ -321,7 +321,11 @@ void Session::Turn(const std::string& text) {
   auto flush = [&](bool final) {
     while (!pending.empty()) {
       auto it = tok_replies_.find(pending.front().id);
-      if (it == tok_replies_.end()) break;
+      if (it == tok_replies_.end()) {
+        if (!final) break;  // in order; at the end an unanswered decode (lost in a restart) is skipped
+        pending.pop_front();
+        continue;
+      }
       const auto ch = static_cast<size_t>(pending.front().channel);
       if (const auto* d = std::get_if<tk::Decoded>(&it->second)) bytes[ch] += d->text;
       tok_replies_.erase(it);
