@@ -116,6 +116,9 @@ int Main(int argc, char** argv) {
       throw UsageError("--prompt needs a tokenizer: set 'tokenizer' in the TOML (a directory with "
                        "tiktoken.model) or pass --ids");
     if (in.text.empty()) throw BadInput("the prompt is empty");
+  } else if (opt.chat) {
+    if (in.tokenizer_dir.empty())
+      throw UsageError("--chat needs a tokenizer: set 'tokenizer' in the TOML (a directory with tiktoken.model)");
   } else {
     throw UsageError("no prompt: pass --ids, --prompt or --prompt-file");
   }

@@ -142,6 +142,13 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     } else if (k == "ignore_eos") {
       if (!node.is_boolean()) throw bad("true or false");
       opt.ignore_eos = *node.value<bool>();
+    } else if (k == "chat" || k == "no_think") {
+      if (!node.is_boolean()) throw bad("true or false");
+      (k == "chat" ? opt.chat : opt.no_think) = *node.value<bool>();
+    } else if (k == "system") opt.system = str();
+    else if (k == "thinking_effort") {
+      opt.thinking_effort = str();
+      opt.thinking_effort_given = true;
     } else if (k == "out") opt.out = str();
     else if (k == "save_state") opt.save_state = str();  // an output, like out
     else if (k == "load_state") opt.load_state = ResolvePath(base_dir, str());
@@ -226,6 +233,10 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
                  "continue the state in this file: the prompt's ids are appended to its sequence");
   SamplingFlags sf;
   AddSamplingFlags(app, sf);
+  app.add_flag("--chat", cli.chat, "interactive chat in the terminal (docs/chat.md; needs a tokenizer)");
+  app.add_option("--system", cli.system, "chat: the system message");
+  app.add_option("--thinking-effort", cli.thinking_effort, "chat: thinking effort low, high or max (default max)");
+  app.add_flag("--no-think", cli.no_think, "chat: no thinking channel, the answer only");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -282,6 +293,13 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--stop")) opt.stop = cli.stop;
   if (cli.ignore_eos) opt.ignore_eos = true;
   if (cli.quiet) opt.quiet = true;
+  if (cli.chat) opt.chat = true;
+  if (given("--system")) opt.system = cli.system;
+  if (given("--thinking-effort")) {
+    opt.thinking_effort = cli.thinking_effort;
+    opt.thinking_effort_given = true;
+  }
+  if (cli.no_think) opt.no_think = true;
   opt.dry_run = cli.dry_run;
   if (no_hints) opt.prefetch_hints = false;
   opt.probe_membw = cli.probe_membw;
@@ -351,6 +369,14 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
     throw UsageError("--io: unknown backend '" + opt.io + "' (direct, pread, uring, mmap)");
   if (const std::string bad = SamplingProblem(opt.sampling, opt.logprobs); !bad.empty()) throw UsageError(bad);
+  if (opt.thinking_effort != "low" && opt.thinking_effort != "high" && opt.thinking_effort != "max")
+    throw UsageError("--thinking-effort: '" + opt.thinking_effort + "' is not low, high or max");
+  if (opt.no_think && opt.thinking_effort_given)
+    throw UsageError("--no-think and --thinking-effort contradict each other");
+  if (!opt.chat && (!opt.system.empty() || opt.no_think || opt.thinking_effort_given))
+    throw UsageError("--system, --thinking-effort and --no-think need --chat");
+  if (opt.chat && (!opt.prompt.empty() || !opt.prompt_file.empty() || !opt.ids.empty()))
+    throw UsageError("--chat takes its prompts from the terminal: no --prompt, --prompt-file or --ids");
 }
 
 }  // namespace k3::launch

@@ -52,6 +52,12 @@ struct LaunchOptions {
   bool seed_given = false;
   int32_t logprobs = -1;          // -1 off; N: logprob + the N most likely ids per generated token
   bool perplexity = false;        // score the prompt teacher-forced
+  // Chat (--chat, launcher/chat.h, docs/chat.md): a terminal REPL instead of one prompt.
+  bool chat = false;
+  std::string system;                   // --system: the conversation's system message
+  std::string thinking_effort = "max";  // --thinking-effort: low, high or max
+  bool no_think = false;                // --no-think: no thinking channel
+  bool thinking_effort_given = false;   // set by the TOML or the flag (refused with no_think)
 };
 
 // The most expert servers a run uses (the fetcher's RemoteReads::kMaxServers).

@@ -21,6 +21,7 @@
 #include "common/ipc/slot_table.h"
 #include "common/ipc/zmq_channel.h"
 #include "common/stdout_writer.h"
+#include "launcher/chat.h"
 #include "launcher/run_resources.h"
 #include "launcher/stop_text.h"
 #include "launcher/tokenizer_client.h"
@@ -65,17 +66,36 @@ struct Failure {
   std::string msg;
 };
 
-class Runner {
+class Runner : public ChatHost {
  public:
   Runner(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p, const PromptInput& in)
       : opt_(opt), m_(m), plan_(p), in_(in), progress_(ProgressLine::ForStdio(opt.quiet)),
         stop_ids_(MergeIds(in.end_ids, opt.stop_ids)), stop_text_(opt.stop) {}
   int Run();
 
+  // ChatHost (--chat, chat.h): the REPL drives the same loop.
+  void Pump(std::span<zmq::pollitem_t> extra, std::chrono::milliseconds wait) override {
+    PumpWith(extra, Clock::now() + wait);
+  }
+  bool Failed() const override { return failure_.has_value(); }
+  bool TakeInterrupt() override { return sup_.TakeSigint(); }
+  bool Terminated() const override {
+    return stdout_closed_ || sup_.stop_signal() == SIGTERM || sup_.stop_signal() == SIGHUP;
+  }
+  void SendCompute(const ipc::Encoded& m) override { ipc::SendMessage(*compute_, m, {}, "compute"); }
+  std::deque<ipc::compute::Message>& ComputeInbox() override { return chat_inbox_; }
+  void Out(const std::string& s) override;  // generated ids / text to stdout
+  void Note(const std::string& s) override { progress_.Always(s); }
+  void InputLineEnded() override { progress_.AfterStdout(true); }
+  zmq::context_t& Context() override { return ctx_; }
+  std::string TokenizerEndpoint() const override { return tokenizer_endpoint_; }
+
  private:
   void Spawn(const RunEndpoints& ep, bool tokenizer_only);
   void StartRest();  // every service Spawn did not start
-  bool Pump(Clock::time_point deadline);  // one poll round; false on timeout
+  bool Pump(Clock::time_point deadline) { return PumpWith({}, deadline); }  // one poll round; false on timeout
+  bool PumpWith(std::span<zmq::pollitem_t> extra, Clock::time_point deadline);
+  int FinishChat(const ChatResult& chat);
   void DrainSockets();
   void HandleControl(const ipc::Received<ipc::control::Message>& r);
   void HandleCompute(const ipc::Received<ipc::compute::Message>& r);
@@ -91,7 +111,6 @@ class Runner {
   void Fail(Failure f);
   std::optional<Failure> FinalFailure() const;
   bool StopRequested() const { return sup_.interrupted() || stdout_closed_; }
-  void Out(const std::string& s);  // generated ids / text to stdout
   RunRecord Record(const std::vector<int32_t>& ids, bool interrupted, const std::string& reason) const;
   std::vector<int32_t> EncodePrompt();  // through the tokenizer service
   void PrintText();                     // decoded text so far through the --stop matcher
@@ -134,6 +153,9 @@ class Runner {
   Clock::time_point t0_ = Clock::now(), t_generate_ = Clock::now();
   bool pin_reported_ = false, prefill_reported_ = false;
   double run_seconds_ = 0;
+  bool chat_active_ = false;  // --chat: compute's messages go to the REPL's inbox
+  std::deque<ipc::compute::Message> chat_inbox_;
+  std::string tokenizer_endpoint_;
 };
 
 // With `tokenizer_only` only the tokenizer starts (a text prompt is encoded and its length
@@ -194,7 +216,10 @@ void Runner::OnStats(const std::string& service) {
     const double done = get("prefill_tokens_done"), total = get("prefill_tokens_total");
     const double s = std::chrono::duration<double>(Clock::now() - t_generate_).count();
     const std::string text = ProgressText("prefill", done, total, s, false);
-    if (done >= total) {
+    if (chat_active_) {  // every turn has its prefill: a live line only
+      if (done >= total) progress_.Clear();
+      else progress_.Show(text);
+    } else if (done >= total) {
       prefill_reported_ = true;
       progress_.Info(text);
     } else {
@@ -255,6 +280,10 @@ void Runner::HandleControl(const ipc::Received<ipc::control::Message>& r) {
 }
 
 void Runner::HandleCompute(const ipc::Received<ipc::compute::Message>& r) {
+  if (chat_active_) {
+    chat_inbox_.push_back(r.message);
+    return;
+  }
   if (const auto* t = std::get_if<ipc::compute::Token>(&r.message)) {
     if (t->request_id != kGenerateId || t->index != static_cast<int32_t>(generated_.size())) return;
     generated_.push_back(t->id);
@@ -338,10 +367,10 @@ void Runner::ForwardChildStderr(bool flush, int only) {
     while ((nl = buf.find('\n')) != std::string::npos) {
       const std::string line = buf.substr(0, nl);
       buf.erase(0, nl + 1);
-      if (!opt_.quiet || (!line.empty() && line[0] != '[')) progress_.Always(line);
+      if (!(opt_.quiet || chat_active_) || (!line.empty() && line[0] != '[')) progress_.Always(line);
     }
     if ((flush || buf.size() > 65536) && !buf.empty()) {
-      if (!opt_.quiet || buf[0] != '[') progress_.Always(buf);
+      if (!(opt_.quiet || chat_active_) || buf[0] != '[') progress_.Always(buf);
       buf.clear();
     }
   }
@@ -357,14 +386,19 @@ void Runner::DrainSockets() {
   }
 }
 
-bool Runner::Pump(Clock::time_point deadline) {
-  zmq::pollitem_t items[] = {{control_->handle(), 0, ZMQ_POLLIN, 0},
-                             {compute_->handle(), 0, ZMQ_POLLIN, 0},
-                             {nullptr, sup_.wake_fd(), ZMQ_POLLIN, 0},
-                             {tok_ ? tok_->socket().handle() : nullptr, -1, ZMQ_POLLIN, 0}};
+// `extra`: more items to poll (the chat's terminal and tokenizer socket); revents set.
+bool Runner::PumpWith(std::span<zmq::pollitem_t> extra, Clock::time_point deadline) {
+  std::vector<zmq::pollitem_t> items = {{control_->handle(), 0, ZMQ_POLLIN, 0},
+                                        {compute_->handle(), 0, ZMQ_POLLIN, 0},
+                                        {nullptr, sup_.wake_fd(), ZMQ_POLLIN, 0},
+                                        {tok_ ? tok_->socket().handle() : nullptr, -1, ZMQ_POLLIN, 0}};
+  const size_t base = tok_ ? 4 : 3;
+  items.resize(base);
+  items.insert(items.end(), extra.begin(), extra.end());
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   const long ms = std::clamp<long>(static_cast<long>(left.count()), 0, 200);
-  ipc::Poll(items, tok_ ? 4 : 3, std::chrono::milliseconds(ms));  // a signal is a wake-up
+  ipc::Poll(items.data(), items.size(), std::chrono::milliseconds(ms));  // a signal is a wake-up
+  for (size_t i = 0; i < extra.size(); ++i) extra[i].revents = items[base + i].revents;
   if (items[2].revents & ZMQ_POLLIN) sup_.DrainWake();
   // Messages first: a Dead sent just before exiting is the reason for the exit seen next.
   DrainSockets();
@@ -580,6 +614,7 @@ int Runner::Run() {
   ipc::BindPrivate(*control_, ep.control);
   ipc::BindPrivate(*compute_, ep.compute);
   if (!in_.tokenizer_dir.empty()) tok_.emplace(ctx_, ep.tokenizer);
+  tokenizer_endpoint_ = ep.tokenizer;
 
   t0_ = Clock::now();
   try {
@@ -611,6 +646,12 @@ int Runner::Run() {
       std::snprintf(line, sizeof line, "[launch] all services ready in %.2f s; generating",
                     std::chrono::duration<double>(Clock::now() - t0_).count());
       progress_.Info(line);
+      if (opt_.chat) {
+        chat_active_ = true;
+        progress_.Clear();
+        const ChatResult chat = RunChat(*this, opt_, static_cast<int32_t>(m_.cfg.vocab_size));
+        return FinishChat(chat);
+      }
       std::string stops;
       for (int32_t id : stop_ids_) stops += (stops.empty() ? "" : ",") + std::to_string(id);
       progress_.Info("[launch] stop ids: " + (stops.empty() ? std::string("none") : stops) +
@@ -680,6 +721,27 @@ int Runner::Run() {
     if (!stdout_closed_)
       progress_.Always(std::string("k3-launch: interrupted by ") + SignalName(sup_.stop_signal()) +
                        "; services stopped");
+    return kExitInterrupted;
+  }
+  return kExitOk;
+}
+
+// The end of a chat session: services stopped, the turns written to --out, the exit code
+// (0 after /quit, end of input or Ctrl-C at the prompt; 5 after SIGTERM/SIGHUP; a service's failure).
+int Runner::FinishChat(const ChatResult& chat) {
+  const char* why = chat.end == ChatEnd::kTerminated ? "stop signal" : "chat ended";
+  Stop(failure_ ? failure_->msg : why);
+  const std::optional<Failure> fail = FinalFailure();
+  if (!opt_.out.empty()) {
+    try {
+      WriteReportFile(opt_.out, ChatReport(chat));
+    } catch (const Error&) {
+      if (!fail) throw;  // the service's failure is what gets reported
+    }
+  }
+  if (fail) throw Error(static_cast<ExitCode>(fail->code), fail->msg);
+  if (chat.end == ChatEnd::kTerminated) {
+    progress_.Always(std::string("k3-launch: interrupted by ") + SignalName(sup_.stop_signal()) + "; services stopped");
     return kExitInterrupted;
   }
   return kExitOk;

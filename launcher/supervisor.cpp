@@ -116,6 +116,11 @@ void Supervisor::DrainWake() {
 
 bool Supervisor::interrupted() const { return g_stop_signal != 0; }
 int Supervisor::stop_signal() const { return g_stop_signal; }
+bool Supervisor::TakeSigint() {
+  if (g_stop_signal != SIGINT) return false;
+  g_stop_signal = 0;
+  return true;
+}
 
 std::vector<Death> Supervisor::Reap() {
   std::vector<Death> out;

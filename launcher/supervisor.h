@@ -46,6 +46,7 @@ class Supervisor {
   void DrainWake();
   bool interrupted() const;       // SIGINT, SIGTERM or SIGHUP was received
   int stop_signal() const;        // which one (0: none)
+  bool TakeSigint();              // a SIGINT, consumed (the chat's Ctrl-C); other signals stay
   std::vector<Death> Reap();      // every child that ended since the last call
 
   // SIGTERM to every running child, wait up to `grace`, then SIGKILL and reap.

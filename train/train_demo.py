@@ -114,6 +114,25 @@ def read_back(out_dir, d):
     return arrays
 
 
+def make_optimizer(model, lr):
+    """AdamW, weight decay 0.1 on matrices; the router selection biases are left to balance_experts."""
+    for n, k in model.names.items():
+        if n.endswith("e_score_correction_bias"):
+            model.params[k].requires_grad_(False)  # updated by load balancing, not by gradients
+    decay = [p for k, p in model.params.items() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for k, p in model.params.items() if p.requires_grad and p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95))
+
+
+@torch.no_grad()
+def balance_experts(model, stats):
+    """Auxiliary-loss-free balancing: raise the bias of under-used experts, lower over-used ones."""
+    for L, load in stats.items():
+        b = model.lp(L, "block_sparse_moe.gate.e_score_correction_bias")
+        b += 1e-3 * torch.sign(load.mean() - load)
+
+
 @torch.no_grad()
 def evaluate(model, ids, seq):
     """Mean next-token loss (nats) over non-overlapping windows of the validation ids."""
@@ -180,13 +199,7 @@ def main(argv=None):
     d = dims()
     model = k3_torch.K3(d, all_specs(d))
     model.init_weights(args.seed)
-    bias_keys = [k for n, k in model.names.items() if n.endswith("e_score_correction_bias")]
-    for k in bias_keys:
-        model.params[k].requires_grad_(False)  # updated by load balancing, not by gradients
-    decay = [p for k, p in model.params.items() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for k, p in model.params.items() if p.requires_grad and p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95))
+    opt = make_optimizer(model, args.lr)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params} parameters, layer map "
         + "".join("M" if (L + 1) in d["full_attn"] else "K" for L in range(d["layers"])))
@@ -211,10 +224,7 @@ def main(argv=None):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        with torch.no_grad():  # auxiliary-loss-free balancing: raise the bias of under-used experts
-            for L, load in stats.items():
-                b = model.lp(L, "block_sparse_moe.gate.e_score_correction_bias")
-                b += 1e-3 * torch.sign(load.mean() - load)
+        balance_experts(model, stats)
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         if step % 5 == 0 or step == args.steps - 1:
             el = time.time() - t0

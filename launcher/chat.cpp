@@ -1,0 +1,541 @@
+#include "launcher/chat.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include "common/error.h"
+#include "common/ipc/zmq_channel.h"
+
+namespace k3::launch {
+namespace tk = ipc::tokenizer;
+namespace cp = ipc::compute;
+using Clock = std::chrono::steady_clock;
+
+ChannelSplitter::ChannelSplitter(const ChatControlIds& ids, bool thinking)
+    : ids_(ids), channel_(thinking ? Channel::kThink : Channel::kResponse) {}
+
+ChannelSplitter::Channel ChannelSplitter::Push(int32_t id) {
+  if (ended_) return Channel::kNone;
+  if (id == ids_.eom || id == ids_.eos) {
+    ended_ = true;
+    return Channel::kNone;
+  }
+  if (id == ids_.open || id == ids_.close) {
+    in_tag_ = true;
+    opening_ = id == ids_.open;
+    tag_.clear();
+    return Channel::kNone;
+  }
+  if (in_tag_) {
+    if (id != ids_.sep) {
+      tag_.push_back(id);
+      return Channel::kNone;
+    }
+    in_tag_ = false;
+    if (!opening_) channel_ = Channel::kNone;
+    else if (tag_ == ids_.think) channel_ = Channel::kThink;
+    else if (tag_ == ids_.response) channel_ = Channel::kResponse;
+    else channel_ = Channel::kNone;  // <|open|>message ...: not a channel of this reply
+    return Channel::kNone;
+  }
+  return channel_;
+}
+
+std::optional<std::vector<int32_t>> NewTurnIds(const std::vector<int32_t>& rendered,
+                                               const std::vector<int32_t>& previous_rendered, int32_t eom) {
+  if (previous_rendered.empty() || rendered.size() <= previous_rendered.size() ||
+      !std::equal(previous_rendered.begin(), previous_rendered.end(), rendered.begin()))
+    return std::nullopt;
+  const auto end = std::find(rendered.begin() + static_cast<std::ptrdiff_t>(previous_rendered.size()), rendered.end(), eom);
+  if (end == rendered.end() || end + 1 == rendered.end()) return std::nullopt;
+  return std::vector<int32_t>(end + 1, rendered.end());
+}
+
+size_t CompleteUtf8Prefix(const std::string& s) {
+  const size_t n = s.size();
+  for (size_t back = 1; back <= 4 && back <= n; ++back) {
+    const auto c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    return back < need ? n - back : n;
+  }
+  return n;
+}
+
+std::string HistoryJsonl(const std::vector<ChatMessage>& messages) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    nlohmann::json j = {{"role", m.role}, {"content", m.content}};
+    if (m.reasoning) j["reasoning_content"] = *m.reasoning;
+    out += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  }
+  return out;
+}
+
+namespace {
+
+const char* FinishName(cp::StopReason r) {
+  switch (r) {
+    case cp::StopReason::kStopId: return "stop";
+    case cp::StopReason::kLength: return "length";
+    case cp::StopReason::kCancelled: return "cancelled";
+    case cp::StopReason::kInterrupted: return "interrupted";
+  }
+  return "length";
+}
+
+const char* EndName(ChatEnd e) {
+  switch (e) {
+    case ChatEnd::kQuit: return "quit";
+    case ChatEnd::kEndOfInput: return "end_of_input";
+    case ChatEnd::kInterrupt: return "interrupt";
+    case ChatEnd::kTerminated: return "signal";
+    case ChatEnd::kFailed: return "failed";
+  }
+  return "quit";
+}
+
+// Saved in a state file's `extra` by /save: what the chat needs besides compute's state.
+constexpr int kChatStateVersion = 1;
+
+class Session {
+ public:
+  Session(ChatHost& host, const LaunchOptions& opt, int32_t vocab)
+      : host_(host), opt_(opt), vocab_(vocab), tok_(host.Context(), zmq::socket_type::dealer),
+        tty_(::isatty(STDIN_FILENO) == 1 && ::isatty(STDOUT_FILENO) == 1), thinking_(!opt.no_think),
+        effort_(opt.thinking_effort) {
+    tok_.set(zmq::sockopt::linger, 0);
+    tok_.connect(host.TokenizerEndpoint());
+    if (!opt_.system.empty()) history_.push_back({"system", opt_.system, std::nullopt});
+  }
+  ChatResult Run();
+
+ private:
+  enum class Input { kLine, kEof, kInterrupt, kStop };
+  struct Pending {  // a one-shot Decode of one generated id, in order
+    uint64_t id;
+    ChannelSplitter::Channel channel;
+  };
+
+  bool Stopping() { return host_.Failed() || host_.Terminated(); }
+  void PumpOnce(std::chrono::milliseconds wait, bool with_stdin, bool* stdin_ready = nullptr);
+  void DrainTokenizer();
+  std::optional<tk::Message> CallTokenizer(const std::function<ipc::Encoded(uint64_t)>& make);
+  std::vector<int32_t> Encode(const std::string& text, bool allow_special);
+  void LookUpControlIds();
+  Input ReadLine(std::string* line);
+  void Turn(const std::string& text);
+  void Command(const std::string& line);
+  std::optional<cp::StateDone> StateCall(cp::StateAction action, const std::string& path, const std::string& extra);
+  void Show(ChannelSplitter::Channel ch, const std::string& text);
+  void EndShownLine();
+
+  ChatHost& host_;
+  const LaunchOptions& opt_;
+  const int32_t vocab_;
+  zmq::socket_t tok_;
+  ipc::RejectCounter rejects_;
+  std::map<uint64_t, tk::Message> tok_replies_;
+  uint64_t next_tok_id_ = 1, next_request_ = 1;
+  const bool tty_;
+  bool thinking_;
+  std::string effort_;
+  ChatControlIds ids_;
+  std::vector<ChatMessage> history_;
+  std::vector<int32_t> last_render_;  // the last turn's rendering (compute's state starts with it)
+  int64_t kept_ = 0;                  // ids in compute's state (consumed or pending)
+  bool state_valid_ = false;          // the kept state ends with a whole reply: the next turn appends
+  std::string inbuf_;                 // stdin bytes after the last line returned
+  bool eof_ = false;
+  ChannelSplitter::Channel shown_ = ChannelSplitter::Channel::kNone;  // channel printed last
+  bool line_open_ = false;            // something printed since the last newline
+  std::vector<ChatTurn> turns_;
+  bool quit_ = false;
+};
+
+void Session::PumpOnce(std::chrono::milliseconds wait, bool with_stdin, bool* stdin_ready) {
+  zmq::pollitem_t items[] = {{tok_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, STDIN_FILENO, ZMQ_POLLIN, 0}};
+  host_.Pump(std::span<zmq::pollitem_t>(items, with_stdin ? 2 : 1), wait);
+  if (stdin_ready) *stdin_ready = with_stdin && (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) != 0;
+  DrainTokenizer();
+}
+
+void Session::DrainTokenizer() {
+  while (auto r = ipc::ReceiveVerified(tok_, false, ipc::DecodeTokenizer, ipc::Clock::now(), rejects_)) {
+    const uint64_t id = std::visit([](const auto& m) { return m.request_id; }, r->message);
+    tok_replies_[id] = std::move(r->message);
+  }
+}
+
+// Sends a request and pumps until its answer. A restarted tokenizer loses what was in flight,
+// so the request goes again (under a new id) every 5 s; nullopt after 60 s or when the session stops.
+std::optional<tk::Message> Session::CallTokenizer(const std::function<ipc::Encoded(uint64_t)>& make) {
+  const auto give_up = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < give_up && !Stopping()) {
+    const uint64_t id = next_tok_id_++;
+    ipc::SendMessage(tok_, make(id));
+    const auto resend = Clock::now() + std::chrono::seconds(5);
+    while (Clock::now() < resend && !Stopping()) {
+      PumpOnce(std::chrono::milliseconds(20), false);
+      auto it = tok_replies_.find(id);
+      if (it != tok_replies_.end()) {
+        tk::Message m = std::move(it->second);
+        tok_replies_.erase(it);
+        return m;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<int32_t> Session::Encode(const std::string& text, bool allow_special) {
+  auto r = CallTokenizer([&](uint64_t id) { return ipc::Encode(tk::Encode{id, text, allow_special}); });
+  if (!r) throw RuntimeFailure("the tokenizer did not answer");
+  if (const auto* f = std::get_if<tk::Failed>(&*r)) throw BadInput("tokenizer: " + f->detail);
+  return std::get<tk::EncodedIds>(*r).ids;
+}
+
+void Session::LookUpControlIds() {
+  auto one = [&](const char* name) {
+    const std::vector<int32_t> v = Encode(name, true);
+    if (v.size() != 1)
+      throw BadInput(std::string("--chat: the tokenizer has no special token ") + name + " (not a K3 chat vocabulary)");
+    return v[0];
+  };
+  ids_.open = one("<|open|>");
+  ids_.close = one("<|close|>");
+  ids_.sep = one("<|sep|>");
+  ids_.eom = one("<|end_of_msg|>");
+  ids_.eos = one("[EOS]");
+  ids_.think = Encode("think", false);
+  ids_.response = Encode("response", false);
+  for (int32_t id : {ids_.open, ids_.close, ids_.sep, ids_.eom, ids_.eos})
+    if (id >= vocab_) throw BadInput("--chat: tokenizer id " + std::to_string(id) + " is outside the model's vocabulary");
+}
+
+Session::Input Session::ReadLine(std::string* line) {
+  if (tty_) host_.Out("> ");
+  for (;;) {
+    const size_t nl = inbuf_.find('\n');
+    if (nl != std::string::npos) {
+      *line = inbuf_.substr(0, nl);
+      inbuf_.erase(0, nl + 1);
+      if (!line->empty() && line->back() == '\r') line->pop_back();
+      if (tty_) host_.InputLineEnded();
+      return Input::kLine;
+    }
+    if (eof_) {
+      if (inbuf_.empty()) return Input::kEof;
+      *line = std::move(inbuf_);  // a last line without its newline
+      inbuf_.clear();
+      return Input::kLine;
+    }
+    if (Stopping()) return Input::kStop;
+    if (host_.TakeInterrupt()) {
+      if (tty_) host_.Out("\n");
+      return Input::kInterrupt;
+    }
+    bool ready = false;
+    PumpOnce(std::chrono::milliseconds(200), true, &ready);
+    if (!ready) continue;
+    char buf[4096];
+    const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+    if (n > 0) inbuf_.append(buf, static_cast<size_t>(n));
+    else if (n == 0 || (errno != EINTR && errno != EAGAIN)) eof_ = true;
+  }
+}
+
+void Session::EndShownLine() {
+  if (line_open_) host_.Out("\n");
+  line_open_ = false;
+}
+
+// Reasoning is dim on a terminal and introduced by "thinking: "; the answer follows on its own line.
+void Session::Show(ChannelSplitter::Channel ch, const std::string& text) {
+  if (text.empty()) return;
+  std::string s;
+  if (ch != shown_) {
+    if (line_open_) s += "\n";
+    if (ch == ChannelSplitter::Channel::kThink) s += tty_ ? "\x1b[2mthinking: \x1b[0m" : "thinking: ";
+    shown_ = ch;
+  }
+  s += ch == ChannelSplitter::Channel::kThink && tty_ ? "\x1b[2m" + text + "\x1b[0m" : text;
+  host_.Out(s);
+  line_open_ = s.back() != '\n';
+}
+
+void Session::Turn(const std::string& text) {
+  history_.push_back({"user", text, std::nullopt});
+  auto rendered_msg = CallTokenizer([&](uint64_t id) {
+    return ipc::Encode(tk::RenderChat{id, HistoryJsonl(history_), thinking_, effort_});
+  });
+  if (!rendered_msg || std::holds_alternative<tk::Failed>(*rendered_msg)) {
+    history_.pop_back();
+    if (rendered_msg) host_.Note("[chat] cannot render the conversation: " + std::get<tk::Failed>(*rendered_msg).detail);
+    else if (!Stopping()) host_.Note("[chat] the tokenizer did not answer");
+    return;
+  }
+  const std::vector<int32_t> rendered = std::get<tk::EncodedIds>(*rendered_msg).ids;
+  std::vector<int32_t> send = rendered;
+  bool keep = false;
+  if (state_valid_ && kept_ > 0)
+    if (auto n = NewTurnIds(rendered, last_render_, ids_.eom)) {
+      send = std::move(*n);
+      keep = true;
+    }
+  const int64_t reused = keep ? kept_ : 0;
+  const int64_t room = opt_.context - reused - static_cast<int64_t>(send.size());
+  if (room < 1) {
+    history_.pop_back();
+    host_.Note("[chat] the context is full: " + std::to_string(reused + static_cast<int64_t>(send.size())) +
+               " tokens of " + std::to_string(opt_.context) + "; /reset to start over");
+    return;
+  }
+  cp::Generate g;
+  g.request_id = next_request_++;
+  g.ids = send;
+  g.gen = static_cast<int32_t>(std::min<int64_t>(opt_.gen, room));
+  g.full_recompute = opt_.full_recompute;
+  g.prefill_chunk = static_cast<int32_t>(opt_.prefill_chunk);
+  g.stop_ids = opt_.stop_ids;
+  for (int32_t id : {ids_.eom, ids_.eos})
+    if (std::find(g.stop_ids.begin(), g.stop_ids.end(), id) == g.stop_ids.end()) g.stop_ids.push_back(id);
+  g.keep_state = keep;
+  g.max_positions = static_cast<int32_t>(opt_.context);
+  const auto t0 = Clock::now();
+  host_.ComputeInbox().clear();
+  host_.SendCompute(ipc::Encode(g));
+
+  ChannelSplitter split(ids_, thinking_);
+  std::vector<int32_t> generated;
+  std::deque<Pending> pending;
+  std::string bytes[3], shown_bytes[3];  // per channel: decoded, printed
+  std::optional<cp::Done> done;
+  bool cancel_sent = false;
+  shown_ = ChannelSplitter::Channel::kNone;
+  auto flush = [&](bool final) {
+    while (!pending.empty()) {
+      auto it = tok_replies_.find(pending.front().id);
+      if (it == tok_replies_.end()) {
+        if (!final) break;  // in order; at the end an unanswered decode (lost in a restart) is skipped
+        pending.pop_front();
+        continue;
+      }
+      const auto ch = static_cast<size_t>(pending.front().channel);
+      if (const auto* d = std::get_if<tk::Decoded>(&it->second)) bytes[ch] += d->text;
+      tok_replies_.erase(it);
+      pending.pop_front();
+    }
+    for (size_t ch : {1u, 2u}) {
+      const size_t upto = final ? bytes[ch].size() : CompleteUtf8Prefix(bytes[ch]);
+      if (upto > shown_bytes[ch].size()) {
+        Show(static_cast<ChannelSplitter::Channel>(ch), bytes[ch].substr(shown_bytes[ch].size(), upto - shown_bytes[ch].size()));
+        shown_bytes[ch] = bytes[ch].substr(0, upto);
+      }
+    }
+  };
+  while (!done && !Stopping()) {
+    PumpOnce(std::chrono::milliseconds(20), false);
+    if (host_.TakeInterrupt() && !cancel_sent) {
+      host_.SendCompute(ipc::Encode(cp::Cancel{g.request_id}));
+      cancel_sent = true;
+    }
+    auto& inbox = host_.ComputeInbox();
+    while (!inbox.empty() && !done) {
+      cp::Message m = std::move(inbox.front());
+      inbox.pop_front();
+      if (const auto* t = std::get_if<cp::Token>(&m)) {
+        if (t->request_id != g.request_id || t->index != static_cast<int32_t>(generated.size())) continue;
+        generated.push_back(t->id);
+        const auto ch = split.Push(t->id);
+        if (ch == ChannelSplitter::Channel::kNone) continue;
+        const uint64_t id = next_tok_id_++;
+        ipc::SendMessage(tok_, ipc::Encode(tk::Decode{id, {t->id}, false, false}));
+        pending.push_back({id, ch});
+      } else if (const auto* d = std::get_if<cp::Done>(&m)) {
+        if (d->request_id == g.request_id) done = *d;
+      }
+    }
+    flush(false);
+  }
+  const auto give_up = Clock::now() + std::chrono::seconds(30);
+  while (!pending.empty() && !Stopping() && Clock::now() < give_up) {
+    PumpOnce(std::chrono::milliseconds(20), false);
+    flush(false);
+  }
+  flush(true);
+  EndShownLine();
+  if (!done) return;  // the session is stopping
+
+  ChatTurn t;
+  t.prompt_tokens = static_cast<int64_t>(send.size());
+  t.reused_tokens = reused;
+  t.generated_tokens = static_cast<int64_t>(generated.size());
+  t.reasoning = thinking_ ? bytes[1] : "";
+  t.response = bytes[2];
+  t.finish_reason = FinishName(done->reason);
+  t.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  turns_.push_back(t);
+  history_.push_back({"assistant", t.response, thinking_ ? std::optional<std::string>(t.reasoning) : std::nullopt});
+  kept_ = done->stats.position > 0 ? done->stats.position : reused + t.prompt_tokens + t.generated_tokens;
+  // A reply that ended by its end id leaves a state the next turn can extend; one cut short
+  // (Ctrl-C, length) is re-rendered whole, closed by the template, at the next turn.
+  state_valid_ = split.ended();
+  last_render_ = rendered;
+  if (done->reason == cp::StopReason::kCancelled) host_.Note("[chat] reply stopped");
+  else if (!split.ended()) host_.Note("[chat] the reply reached the token limit (--gen " + std::to_string(opt_.gen) + ")");
+}
+
+std::optional<cp::StateDone> Session::StateCall(cp::StateAction action, const std::string& path, const std::string& extra) {
+  cp::StateOp op;
+  op.request_id = next_request_++;
+  op.action = action;
+  op.path = path;
+  op.extra = extra;
+  host_.ComputeInbox().clear();
+  host_.SendCompute(ipc::Encode(op));
+  while (!Stopping()) {
+    PumpOnce(std::chrono::milliseconds(20), false);
+    auto& inbox = host_.ComputeInbox();
+    while (!inbox.empty()) {
+      cp::Message m = std::move(inbox.front());
+      inbox.pop_front();
+      if (const auto* d = std::get_if<cp::StateDone>(&m))
+        if (d->request_id == op.request_id) return *d;
+    }
+  }
+  return std::nullopt;
+}
+
+void Session::Command(const std::string& line) {
+  const size_t sp = line.find(' ');
+  const std::string cmd = line.substr(0, sp);
+  std::string arg = sp == std::string::npos ? "" : line.substr(sp + 1);
+  while (!arg.empty() && arg.back() == ' ') arg.pop_back();
+  while (!arg.empty() && arg.front() == ' ') arg.erase(0, 1);
+  // State files are named relative to where the user is, whatever compute's directory.
+  if (!arg.empty() && (cmd == "/save" || cmd == "/load")) {
+    std::error_code ec;
+    const auto abs = std::filesystem::absolute(arg, ec);
+    if (!ec) arg = abs.string();
+  }
+  if (cmd == "/quit" || cmd == "/exit") {
+    quit_ = true;
+  } else if (cmd == "/help") {
+    host_.Out("/reset  forget the conversation\n/save PATH  save the conversation (compute's state and the history)\n"
+              "/load PATH  continue a saved conversation\n/quit  end (also Ctrl-D, or Ctrl-C at the prompt)\n"
+              "Ctrl-C during a reply stops the reply.\n");
+  } else if (cmd == "/reset") {
+    auto d = StateCall(cp::StateAction::kReset, "", "");
+    if (!d) return;
+    history_.clear();
+    if (!opt_.system.empty()) history_.push_back({"system", opt_.system, std::nullopt});
+    kept_ = 0;
+    state_valid_ = false;
+    last_render_.clear();
+    host_.Out("(conversation cleared)\n");
+  } else if (cmd == "/save") {
+    if (arg.empty()) return host_.Note("[chat] /save needs a path");
+    if (kept_ == 0) return host_.Note("[chat] nothing to save yet");
+    nlohmann::json extra = {{"k3_chat", kChatStateVersion}, {"history", HistoryJsonl(history_)},
+                            {"thinking", thinking_}, {"thinking_effort", effort_},
+                            {"last_render", last_render_}, {"state_valid", state_valid_}};
+    auto d = StateCall(cp::StateAction::kSave, arg, extra.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    if (!d) return;
+    if (!d->ok) return host_.Note("[chat] /save " + arg + ": " + d->error);
+    host_.Out("(saved " + std::to_string(d->position) + " tokens to " + arg + ")\n");
+  } else if (cmd == "/load") {
+    if (arg.empty()) return host_.Note("[chat] /load needs a path");
+    auto d = StateCall(cp::StateAction::kLoad, arg, "");
+    if (!d) return;
+    if (!d->ok) return host_.Note("[chat] /load " + arg + ": " + d->error);
+    try {
+      const nlohmann::json x = nlohmann::json::parse(d->extra);
+      if (x.value("k3_chat", 0) != kChatStateVersion) throw std::runtime_error("no chat history in it");
+      std::vector<ChatMessage> h;
+      const std::string jsonl = x.at("history").get<std::string>();
+      for (size_t p = 0; p < jsonl.size();) {
+        size_t nl = jsonl.find('\n', p);
+        if (nl == std::string::npos) nl = jsonl.size();
+        const nlohmann::json m = nlohmann::json::parse(jsonl.substr(p, nl - p));
+        h.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>(),
+                     m.contains("reasoning_content") ? std::optional<std::string>(m["reasoning_content"].get<std::string>())
+                                                     : std::nullopt});
+        p = nl + 1;
+      }
+      const bool thinking = x.at("thinking").get<bool>();
+      const std::string effort = x.at("thinking_effort").get<std::string>();
+      if (thinking != thinking_ || (thinking && effort != effort_))
+        host_.Note(std::string("[chat] continuing with the saved conversation's thinking ") +
+                   (thinking ? "on, effort " + effort : "off"));
+      history_ = std::move(h);
+      thinking_ = thinking;
+      effort_ = effort;
+      last_render_ = x.at("last_render").get<std::vector<int32_t>>();
+      state_valid_ = x.at("state_valid").get<bool>();
+      kept_ = d->position;
+    } catch (const std::exception& e) {
+      StateCall(cp::StateAction::kReset, "", "");  // compute holds a state without its history
+      history_.clear();
+      if (!opt_.system.empty()) history_.push_back({"system", opt_.system, std::nullopt});
+      kept_ = 0;
+      state_valid_ = false;
+      last_render_.clear();
+      return host_.Note("[chat] /load " + arg + ": " + e.what() + "; the conversation starts afresh");
+    }
+    size_t turns = 0;
+    for (const ChatMessage& m : history_) turns += m.role == "assistant";
+    host_.Out("(loaded " + std::to_string(turns) + " turns, " + std::to_string(kept_) + " tokens from " + arg + ")\n");
+  } else {
+    host_.Note("[chat] unknown command " + cmd + " (/help lists them)");
+  }
+}
+
+ChatResult Session::Run() {
+  LookUpControlIds();
+  host_.Note(std::string("[chat] ready (thinking ") + (thinking_ ? "on, effort " + effort_ : "off") +
+             "); /help for commands, /quit or Ctrl-D to end");
+  ChatResult r;
+  for (;;) {
+    std::string line;
+    const Input in = ReadLine(&line);
+    if (in == Input::kEof) r.end = ChatEnd::kEndOfInput;
+    else if (in == Input::kInterrupt) r.end = ChatEnd::kInterrupt;
+    if (in != Input::kLine) break;
+    if (line.empty()) continue;
+    if (line[0] == '/') Command(line);
+    else Turn(line);
+    if (quit_ || Stopping()) break;
+  }
+  if (host_.Failed()) r.end = ChatEnd::kFailed;
+  else if (host_.Terminated()) r.end = ChatEnd::kTerminated;
+  r.turns = std::move(turns_);
+  return r;
+}
+
+}  // namespace
+
+ChatResult RunChat(ChatHost& host, const LaunchOptions& opt, int32_t vocab) {
+  Session s(host, opt, vocab);
+  return s.Run();
+}
+
+nlohmann::json ChatReport(const ChatResult& r) {
+  // Model text may hold ill-formed UTF-8 (single-byte tokens): U+FFFD in the report.
+  auto text = [](const std::string& s) {
+    return nlohmann::json::parse(nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  };
+  nlohmann::json turns = nlohmann::json::array();
+  for (const ChatTurn& t : r.turns)
+    turns.push_back({{"prompt_tokens", t.prompt_tokens}, {"reused_tokens", t.reused_tokens},
+                     {"generated_tokens", t.generated_tokens}, {"reasoning", text(t.reasoning)}, {"response", text(t.response)},
+                     {"finish_reason", t.finish_reason}, {"seconds", t.seconds}});
+  return {{"mode", "chat"}, {"end", EndName(r.end)}, {"turns", std::move(turns)}};
+}
+
+}  // namespace k3::launch

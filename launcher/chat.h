@@ -1,0 +1,115 @@
+// k3-launch --chat: a terminal REPL over the running pipeline (docs/chat.md). The services
+// stay up for the session; each turn renders the conversation through the tokenizer service
+// (RenderChat, K3's XTML template), sends compute only the ids after what its kept state
+// already holds (Generate.keep_state), and streams the reply, reasoning apart from the answer.
+// Commands: /reset, /save PATH, /load PATH, /quit (and /help). Ctrl-C during a reply sends
+// Cancel{request_id}; at the prompt it ends the session like /quit, as does end of input.
+#pragma once
+#include <zmq.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/ipc/messages.h"
+#include "common/ipc/protocol.h"
+#include "options.h"
+
+namespace k3::launch {
+
+// One turn as --out reports it (docs/formats.md, "Chat report").
+struct ChatTurn {
+  int64_t prompt_tokens = 0;     // ids sent to compute for this turn (only the new ones)
+  int64_t reused_tokens = 0;     // ids already in compute's kept state
+  int64_t generated_tokens = 0;
+  std::string reasoning, response;
+  std::string finish_reason;     // "stop", "length", "cancelled", "interrupted"
+  double seconds = 0;            // Generate sent -> Done
+};
+
+// The ids of the template's control tokens and tag names, asked from the tokenizer service.
+struct ChatControlIds {
+  int32_t open = -1, close = -1, sep = -1, eom = -1, eos = -1;
+  std::vector<int32_t> think, response;  // the ids of the tag names "think" and "response"
+};
+
+// Splits generated ids into the reasoning and response channels as they arrive:
+// <|open|>NAME<|sep|> opens a channel, <|close|>NAME<|sep|> closes it, <|end_of_msg|> or
+// [EOS] ends the message. Payload outside both channels belongs to neither.
+class ChannelSplitter {
+ public:
+  enum class Channel { kNone, kThink, kResponse };
+  ChannelSplitter(const ChatControlIds& ids, bool thinking);
+  // The channel whose text the id is part of (kNone for control ids and tag names).
+  Channel Push(int32_t id);
+  bool ended() const { return ended_; }
+
+ private:
+  const ChatControlIds& ids_;
+  Channel channel_;
+  bool in_tag_ = false, opening_ = false, ended_ = false;
+  std::vector<int32_t> tag_;
+};
+
+// The ids to send for a new turn. `rendered` is the whole conversation with the generation
+// prompt; `previous_render` the length of the last turn's rendering, whose ids compute's state
+// holds followed by the generated reply. The reply's message ends at the first <|end_of_msg|>
+// after that length (no text segment can produce the id), so the new ids are what follows it.
+// nullopt when the renderings disagree (then the whole conversation is sent again).
+std::optional<std::vector<int32_t>> NewTurnIds(const std::vector<int32_t>& rendered,
+                                               const std::vector<int32_t>& previous_rendered, int32_t eom);
+
+// The bytes of `s` up to its last complete (or invalid, hence final) UTF-8 sequence: what
+// can be printed now without splitting a character.
+size_t CompleteUtf8Prefix(const std::string& s);
+
+// The JSONL history the tokenizer's RenderChat reads (docs/tokenizer.md, "History").
+struct ChatMessage {
+  std::string role, content;
+  std::optional<std::string> reasoning;
+};
+std::string HistoryJsonl(const std::vector<ChatMessage>& messages);
+
+// What the REPL needs from the running pipeline (run.cpp's Runner).
+class ChatHost {
+ public:
+  virtual ~ChatHost() = default;
+  // One round of the pipeline's loop (its sockets, the services' deaths and stderr) that also
+  // polls `extra` (their revents are set), waiting at most `wait`.
+  virtual void Pump(std::span<zmq::pollitem_t> extra, std::chrono::milliseconds wait) = 0;
+  virtual bool Failed() const = 0;     // a service failed: the session ends, the run reports it
+  // SIGINT since the last call (consumed); a SIGTERM/SIGHUP is not consumed: Terminated().
+  virtual bool TakeInterrupt() = 0;
+  virtual bool Terminated() const = 0;
+  virtual void SendCompute(const ipc::Encoded& m) = 0;
+  virtual std::deque<ipc::compute::Message>& ComputeInbox() = 0;  // Token, Done, StateDone
+  virtual void Out(const std::string& s) = 0;   // stdout (the conversation)
+  virtual void Note(const std::string& s) = 0;  // one stderr line
+  // The user ended a line on the terminal: the cursor is at the start of a row again.
+  virtual void InputLineEnded() = 0;
+  virtual zmq::context_t& Context() = 0;
+  virtual std::string TokenizerEndpoint() const = 0;
+};
+
+// How a session ended.
+enum class ChatEnd { kQuit, kEndOfInput, kInterrupt, kTerminated, kFailed };
+
+struct ChatResult {
+  ChatEnd end = ChatEnd::kQuit;
+  std::vector<ChatTurn> turns;
+};
+
+// Runs the REPL on stdin/stdout until /quit, end of input, Ctrl-C at the prompt, a stop signal
+// or a service failure.
+ChatResult RunChat(ChatHost& host, const LaunchOptions& opt, int32_t vocab);
+
+// The --out JSON of a chat session: {"mode": "chat", "end", "turns": [...]}.
+nlohmann::json ChatReport(const ChatResult& r);
+
+}  // namespace k3::launch

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""k3-launch --chat in a real terminal (tmux): docs/chat.md.
+
+- two turns with the demo model: both replies end by themselves (finish_reason "stop"); the
+  second reuses the first's state (reused_tokens = turn 1's prompt + generated ids) and sends
+  only its new ids (prompt_tokens = the ids after the first reply's <|end_of_msg|> in
+  k3-tokenizer's rendering of the whole conversation); /quit exits 0; reasoning is shown
+  apart from the answer;
+- /save after turn 1, then /load in a new session: the same second turn gives the same reply
+  with the same reuse, and Ctrl-D ends that session (exit 0);
+- Ctrl-C during a reply (a random-weight model with the demo vocabulary, whose replies do not
+  end) stops it: finish_reason "cancelled", the prompt comes back; Ctrl-C at the prompt then
+  ends the session, exit 0.
+Needs tmux (scripts/install-deps.sh --tests); exits 77 (skipped) without it.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("K3_BIN", os.path.join(ROOT, "build", "bin"))
+DEMO = os.path.join(ROOT, "models", "k3-demo-tiny")
+CONFIG = os.path.join(ROOT, "configs", "demo.toml")
+PY = "/usr/bin/python3"
+EOM = 4098  # <|end_of_msg|> of the demo vocabulary (docs/demo-model.md)
+
+
+class Term:
+    """k3-launch in a detached tmux session; the exit code lands in a file."""
+
+    def __init__(self, tmp, name, args):
+        self.tmp, self.name = tmp, f"k3chat-{os.getpid()}-{name}"
+        self.rc_file = os.path.join(tmp, name + ".rc")
+        cmd = " ".join([os.path.join(BIN, "k3-launch")] + [shlex_quote(a) for a in args])
+        script = os.path.join(tmp, name + ".sh")
+        with open(script, "w") as f:
+            f.write(f"cd {shlex_quote(ROOT)}\n{cmd}\necho $? > {shlex_quote(self.rc_file)}\n")
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "60",
+                        "bash " + shlex_quote(script) + "; sleep 600"], check=True)
+
+    def screen(self):
+        p = subprocess.run(["tmux", "capture-pane", "-p", "-J", "-S", "-2000", "-t", self.name],
+                           capture_output=True, text=True)
+        return p.stdout
+
+    def keys(self, *keys):
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def type(self, text):
+        subprocess.run(["tmux", "send-keys", "-t", self.name, "-l", text], check=True)
+        self.keys("Enter")
+
+    def wait(self, pred, what, timeout=120):
+        end = time.time() + timeout
+        while time.time() < end:
+            s = self.screen()
+            if pred(s):
+                return s
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}; screen:\n{self.screen()}")
+
+    def prompts(self, s):
+        return sum(1 for line in s.splitlines() if line.startswith("> ") or line == ">")
+
+    def wait_prompt(self, n, timeout=120):
+        """Waits for the n-th "> " prompt with nothing typed after it."""
+        def ready(s):
+            lines = [l for l in s.splitlines() if l.strip()]
+            return self.prompts(s) >= n and lines and lines[-1].rstrip() == ">"
+        return self.wait(ready, f"prompt {n}", timeout)
+
+    def exit_code(self, timeout=60):
+        end = time.time() + timeout
+        while time.time() < end:
+            if os.path.exists(self.rc_file):
+                with open(self.rc_file) as f:
+                    txt = f.read().strip()
+                if txt:
+                    return int(txt)
+            time.sleep(0.2)
+        raise AssertionError(f"k3-launch did not exit; screen:\n{self.screen()}")
+
+    def close(self):
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def shlex_quote(s):
+    import shlex
+    return shlex.quote(s)
+
+
+def render(history):
+    """k3-tokenizer's rendering (thinking on, effort max) of a history, with the generation prompt."""
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for m in history:
+            f.write(json.dumps(m) + "\n")
+    try:
+        p = subprocess.run([os.path.join(BIN, "k3-tokenizer"), "chat", "--vocab", DEMO, "--history", f.name],
+                           capture_output=True, text=True, check=True)
+    finally:
+        os.unlink(f.name)
+    return [int(x) for x in p.stdout.replace("\n", "").split(",") if x]
+
+
+class ChatTmux(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="k3-chat-")
+        cls.terms = []
+
+    @classmethod
+    def tearDownClass(cls):
+        for t in cls.terms:
+            t.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def term(self, name, args):
+        t = Term(self.tmp, name, args)
+        self.terms.append(t)
+        return t
+
+    def ended(self, t, name, end):
+        """Waits for the exit (code 0) and returns the session's --out report, checking its `end`."""
+        self.assertEqual(t.exit_code(), 0, t.screen())
+        with open(os.path.join(self.tmp, name + ".json")) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["mode"], "chat")
+        self.assertEqual(rep["end"], end)
+        return rep
+
+    def test_1_two_turns_save_load(self):
+        out = os.path.join(self.tmp, "a.json")
+        state = os.path.join(self.tmp, "chat.k3state")
+        t = self.term("a", [CONFIG, "--chat", "--gen", "300", "--out", out])
+        t.wait_prompt(1)
+        u1, u2 = "Tell me a fortune.", "Another one, please."
+        t.type(u1)
+        t.wait_prompt(2)
+        t.type("/save " + state)
+        screen = t.wait(lambda s: "(saved " in s or "/save " + state + ":" in s.replace("[chat] ", ""), "/save answer")
+        saved = "(saved " in screen
+        t.wait_prompt(3)
+        t.type(u2)
+        t.wait_prompt(4)
+        t.type("/quit")
+        a1, a2 = self.ended(t, "a", "quit")["turns"]
+        for turn in (a1, a2):
+            self.assertEqual(turn["finish_reason"], "stop", f"the demo's reply did not end by itself: {turn}")
+            self.assertTrue(turn["response"].strip(), turn)
+        screen = t.screen()
+        self.assertIn(a1["response"].strip().splitlines()[0], screen)
+        if a1["reasoning"].strip():
+            self.assertIn("thinking: ", screen)  # reasoning shown apart from the answer
+        # Turn 1: the whole rendering; turn 2: only its new ids, on top of turn 1's state.
+        r1 = render([{"role": "user", "content": u1}])
+        self.assertEqual(a1["reused_tokens"], 0)
+        self.assertEqual(a1["prompt_tokens"], len(r1))
+        self.assertEqual(a2["reused_tokens"], a1["prompt_tokens"] + a1["generated_tokens"])
+        r2 = render([{"role": "user", "content": u1},
+                     {"role": "assistant", "content": a1["response"], "reasoning_content": a1["reasoning"]},
+                     {"role": "user", "content": u2}])
+        self.assertEqual(r2[:len(r1)], r1)
+        new = r2[r2.index(EOM, len(r1)) + 1:]
+        self.assertEqual(a2["prompt_tokens"], len(new))
+        self.assertLess(a2["prompt_tokens"], len(r2) // 2)
+
+        if not saved:
+            self.skipTest("compute has no state files in this build (" +
+                          screen.split("/save " + state + ":")[-1].splitlines()[0].strip() + ")")
+        # A new session continues from the saved turn exactly as the first one did.
+        t2 = self.term("b", [CONFIG, "--chat", "--gen", "300", "--out", os.path.join(self.tmp, "b.json")])
+        t2.wait_prompt(1)
+        t2.type("/load " + state)
+        t2.wait(lambda s: "(loaded 1 turns" in s, "/load answer")
+        t2.wait_prompt(2)
+        t2.type(u2)
+        t2.wait_prompt(3)
+        t2.keys("C-d")
+        (b2,) = self.ended(t2, "b", "end_of_input")["turns"]
+        for k in ("response", "reasoning", "prompt_tokens", "reused_tokens", "generated_tokens", "finish_reason"):
+            self.assertEqual(b2[k], a2[k], k)
+
+    def test_2_ctrl_c(self):
+        # Random weights with the demo vocabulary: greedy replies that do not end.
+        model = os.path.join(self.tmp, "random")
+        subprocess.run([PY, os.path.join(ROOT, "tests", "generator", "make_checkpoint.py"), model,
+                        "--preset", "tiny", "--vocab", "4352", "--seed", "3"], check=True, capture_output=True)
+        for n in ("tiktoken.model", "tokenizer_config.json"):
+            shutil.copy(os.path.join(DEMO, n), os.path.join(model, n))
+        cfg = os.path.join(self.tmp, "random.toml")
+        with open(cfg, "w") as f:
+            f.write(f'model = "{model}"\ntokenizer = "{model}"\nbudget = "2G"\ngen = 100000\ncontext = 60000\n')
+        out = os.path.join(self.tmp, "c.json")
+        t = self.term("c", [cfg, "--chat", "--no-think", "--out", out])
+        t.wait_prompt(1)
+        t.type("Hello!")
+        before = None
+
+        def streaming(s):
+            body = s.split("> Hello!", 1)[-1].strip()
+            return len(body) > 20
+        before = t.wait(streaming, "the reply streaming")
+        t.keys("C-c")
+        t.wait_prompt(2, timeout=30)
+        time.sleep(1.0)
+        t.keys("C-c")  # at the prompt: ends the session
+        (turn,) = self.ended(t, "c", "interrupt")["turns"]
+        self.assertEqual(turn["finish_reason"], "cancelled", turn)
+        self.assertGreater(turn["generated_tokens"], 0)
+        self.assertLess(turn["generated_tokens"], 60000 - turn["prompt_tokens"] - 1)
+        self.assertTrue(before)
+
+
+if __name__ == "__main__":
+    if shutil.which("tmux") is None:
+        print("tmux is not installed (scripts/install-deps.sh --tests): skipped")
+        sys.exit(77)
+    unittest.main()

@@ -1,0 +1,136 @@
+// The chat REPL's pure parts (launcher/chat.h): channel splitting of generated ids, the new
+// ids of a turn on a kept state, UTF-8 hold-back, the JSONL history; and the chat options
+// (TOML keys, flag rules).
+#include "launcher/chat.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "common/error.h"
+#include "launcher/options.h"
+
+namespace k3::launch {
+namespace {
+
+using Ch = ChannelSplitter::Channel;
+
+ChatControlIds Ids() {
+  ChatControlIds c;
+  c.open = 100, c.close = 101, c.sep = 102, c.eom = 103, c.eos = 104;
+  c.think = {7};
+  c.response = {8, 9};
+  return c;
+}
+
+TEST(ChatSplitter, ThinkThenResponseThenEnd) {
+  const ChatControlIds ids = Ids();
+  ChannelSplitter s(ids, /*thinking=*/true);
+  // reasoning 1 2 <|close|>think<|sep|><|open|>response<|sep|> 3 <|close|>response<|sep|>
+  // <|close|>message<|sep|><|end_of_msg|> (message = 5)
+  const std::vector<std::pair<int32_t, Ch>> seq = {
+      {1, Ch::kThink}, {2, Ch::kThink}, {101, Ch::kNone}, {7, Ch::kNone}, {102, Ch::kNone},
+      {100, Ch::kNone}, {8, Ch::kNone}, {9, Ch::kNone}, {102, Ch::kNone}, {3, Ch::kResponse},
+      {101, Ch::kNone}, {8, Ch::kNone}, {9, Ch::kNone}, {102, Ch::kNone}, {101, Ch::kNone},
+      {5, Ch::kNone}, {102, Ch::kNone}, {4, Ch::kNone}, {103, Ch::kNone}};
+  for (auto [id, want] : seq) EXPECT_EQ(s.Push(id), want) << id;
+  EXPECT_TRUE(s.ended());
+  EXPECT_EQ(s.Push(1), Ch::kNone);  // nothing after the end
+}
+
+TEST(ChatSplitter, ThinkingOffStartsInResponseAndEosEnds) {
+  const ChatControlIds ids = Ids();
+  ChannelSplitter s(ids, false);
+  EXPECT_EQ(s.Push(1), Ch::kResponse);
+  EXPECT_FALSE(s.ended());
+  EXPECT_EQ(s.Push(104), Ch::kNone);
+  EXPECT_TRUE(s.ended());
+  // An unknown channel (or a "think" tag that only shares a prefix) belongs to neither.
+  ChannelSplitter u(ids, false);
+  for (int32_t id : {100, 8, 102}) u.Push(id);
+  EXPECT_EQ(u.Push(1), Ch::kNone);
+  for (int32_t id : {100, 8, 9, 102}) u.Push(id);
+  EXPECT_EQ(u.Push(1), Ch::kResponse);
+  for (int32_t id : {100, 8, 9, 5, 102}) u.Push(id);
+  EXPECT_EQ(u.Push(1), Ch::kNone);
+}
+
+TEST(ChatNewTurn, IdsAfterTheReplysEnd) {
+  const int32_t eom = 103;
+  const std::vector<int32_t> prev = {1, 2, 3};
+  // previous rendering, the reply as re-rendered (any ids), its end, the new user turn
+  EXPECT_EQ(NewTurnIds({1, 2, 3, 50, 51, 103, 60, 61}, prev, eom), (std::vector<int32_t>{60, 61}));
+  EXPECT_EQ(NewTurnIds({1, 2, 4, 50, 103, 60}, prev, eom), std::nullopt);  // not a prefix
+  EXPECT_EQ(NewTurnIds({1, 2, 3, 50}, prev, eom), std::nullopt);           // no end
+  EXPECT_EQ(NewTurnIds({1, 2, 3, 50, 103}, prev, eom), std::nullopt);      // nothing new
+  EXPECT_EQ(NewTurnIds({103, 7}, {}, eom), std::nullopt);                  // no previous turn
+}
+
+TEST(ChatUtf8, HoldsBackAnIncompleteCharacterOnly) {
+  EXPECT_EQ(CompleteUtf8Prefix("abc"), 3u);
+  EXPECT_EQ(CompleteUtf8Prefix("a\xC3"), 1u);              // é cut after its lead byte
+  EXPECT_EQ(CompleteUtf8Prefix("a\xC3\xA9"), 3u);
+  EXPECT_EQ(CompleteUtf8Prefix("\xE2\x82"), 0u);           // € cut
+  EXPECT_EQ(CompleteUtf8Prefix("\xF0\x9F\x98\x80"), 4u);   // a whole 4-byte character
+  EXPECT_EQ(CompleteUtf8Prefix("a\xFF"), 2u);              // ill-formed: nothing to wait for
+  EXPECT_EQ(CompleteUtf8Prefix(""), 0u);
+}
+
+TEST(ChatHistory, JsonlLines) {
+  const std::string h = HistoryJsonl({{"system", "Be \"brief\"", std::nullopt},
+                                      {"user", "a\nb", std::nullopt},
+                                      {"assistant", "ok", std::string("hm")}});
+  EXPECT_EQ(h, "{\"content\":\"Be \\\"brief\\\"\",\"role\":\"system\"}\n"
+               "{\"content\":\"a\\nb\",\"role\":\"user\"}\n"
+               "{\"content\":\"ok\",\"reasoning_content\":\"hm\",\"role\":\"assistant\"}\n");
+}
+
+TEST(ChatReportJson, TurnsAndEnd) {
+  ChatResult r;
+  r.end = ChatEnd::kEndOfInput;
+  r.turns.push_back({10, 0, 5, "r", "x\xFF", "stop", 0.5});
+  const nlohmann::json j = ChatReport(r);
+  EXPECT_EQ(j["mode"], "chat");
+  EXPECT_EQ(j["end"], "end_of_input");
+  EXPECT_EQ(j["turns"][0]["prompt_tokens"], 10);
+  EXPECT_EQ(j["turns"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["turns"][0]["response"], "x\xEF\xBF\xBD");  // U+FFFD for the ill-formed byte
+}
+
+int ErrorCode(const std::function<void()>& f) {
+  try {
+    f();
+    return 0;
+  } catch (const Error& e) {
+    return e.code();
+  }
+}
+
+TEST(ChatOptions, TomlKeysAndRules) {
+  LaunchOptions o;
+  o.budget = "1G";
+  o.model = "/m";
+  ApplyToml("chat = true\nsystem = \"Be brief.\"\nthinking_effort = \"low\"\n", "t.toml", "/", o);
+  EXPECT_TRUE(o.chat);
+  EXPECT_EQ(o.system, "Be brief.");
+  EXPECT_EQ(o.thinking_effort, "low");
+  EXPECT_EQ(ErrorCode([&] { CheckOptions(o); }), 0);
+  LaunchOptions bad = o;
+  bad.thinking_effort = "medium";  // refused, as by the released encoder
+  EXPECT_EQ(ErrorCode([&] { CheckOptions(bad); }), kExitUsage);
+  bad = o;
+  bad.no_think = true;  // contradicts an explicit effort
+  EXPECT_EQ(ErrorCode([&] { CheckOptions(bad); }), kExitUsage);
+  bad = o;
+  bad.chat = false;  // chat options without --chat
+  EXPECT_EQ(ErrorCode([&] { CheckOptions(bad); }), kExitUsage);
+  bad = o;
+  bad.prompt = "hi";  // the chat takes its prompts from the terminal
+  EXPECT_EQ(ErrorCode([&] { CheckOptions(bad); }), kExitUsage);
+  LaunchOptions t;
+  EXPECT_EQ(ErrorCode([&] { ApplyToml("chat = 1\n", "t.toml", "/", t); }), kExitUsage);
+  EXPECT_EQ(ErrorCode([&] { ApplyToml("no_think = \"yes\"\n", "t.toml", "/", t); }), kExitUsage);
+}
+
+}  // namespace
+}  // namespace k3::launch
