@@ -73,6 +73,11 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "threads") opt.threads = small_int();
     else if (k == "expert_inputs") opt.expert_inputs = str();
     else if (k == "expert_server") opt.expert_server = str();
+    else if (k == "manifest") opt.manifest = ResolvePath(base_dir, str());
+    else if (k == "no_verify") {
+      if (!node.is_boolean()) throw bad("true or false");
+      opt.no_verify = *node.value<bool>();
+    }
     else if (k == "inflight") opt.inflight = small_int();
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
     else if (k == "full_recompute") {
@@ -131,6 +136,10 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
   app.add_option("--expert-server", cli.expert_server,
                  "read routed experts from the k3-expert-server at this endpoint (tcp://HOST:PORT)");
+  app.add_option("--manifest", cli.manifest,
+                 "expert manifest the experts from --expert-server are checked against (default: "
+                 "k3-manifest.json in the model directory; k3-model digest writes it)");
+  app.add_flag("--no-verify", cli.no_verify, "do not check experts from --expert-server against a manifest");
   bool no_hints = false;
   app.add_flag("--no-prefetch-hints", no_hints, "do not send next-layer expert guesses to the fetcher");
   app.add_flag("--probe-membw", cli.probe_membw,
@@ -171,6 +180,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--inflight")) opt.inflight = cli.inflight;
   if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
   if (given("--expert-server")) opt.expert_server = cli.expert_server;
+  if (given("--manifest")) opt.manifest = cli.manifest;
+  if (cli.no_verify) opt.no_verify = true;
   if (given("--stop-ids")) {
     opt.stop_ids.clear();
     for (int64_t id : k3::ParseIdList(stop_ids, "--stop-ids", int64_t{INT32_MAX} + 1))

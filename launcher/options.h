@@ -28,6 +28,8 @@ struct LaunchOptions {
   bool prefetch_hints = true;  // compute guesses each next layer's experts for the fetcher
   std::string expert_server;   // k3-expert-server endpoint (tcp://HOST:PORT): experts read there
   double expert_server_timeout = 60;  // seconds without an answer before a remote read fails
+  std::string manifest;        // expert manifest (default: k3-manifest.json in the model directory)
+  bool no_verify = false;      // experts from the expert server are not checked against a manifest
   std::string out, dump_logits;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these (Generate.stop_ids)
   bool quiet = false;             // only errors and the final summary on stderr

@@ -27,6 +27,7 @@
 #include "common/tensor_names.h"
 #include "services/expert_fetcher/cache_trace.h"
 #include "services/expert_fetcher/expert_cache.h"
+#include "services/expert_fetcher/expert_verify.h"
 #include "services/expert_fetcher/remote_reads.h"
 #include "common/process_init.h"
 
@@ -42,6 +43,8 @@ struct Flags : WeightServiceFlags {
   bool warm = false;  // read every expert ahead (the plan gave every expert a slot)
   std::string remote;            // k3-expert-server endpoint: experts come from there, not the shards
   double remote_timeout = 60;    // seconds without an answer before a remote read fails
+  std::string manifest;          // expert manifest (default: k3-manifest.json in the model directory)
+  bool no_verify = false;        // remote experts are not checked against a manifest
 };
 
 struct Waiter {
@@ -83,6 +86,7 @@ class ExpertFetcher {
       remote_.emplace(ctx_, f_.remote, f_.inflight, std::min(std::chrono::milliseconds(5000), give_up / 4), give_up);
       std::fprintf(stderr, "[expert-fetcher] routed experts come from the expert server at %s\n", f_.remote.c_str());
     }
+    verify_ = StartVerifier(ctx_, f_.model, f_.manifest, cfg_, remote_.has_value(), f_.no_verify);
     if (f_.warm) QueueWarmUp();
   }
 
@@ -107,9 +111,11 @@ class ExpertFetcher {
 
   void Serve() {
     for (;;) {
-      const bool awake = remote_ ? WaitForWork(ctl_, {*router_, worker_->notifier(), remote_->socket()},
-                                               std::chrono::milliseconds(100))
-                                 : WaitForWork(ctl_, {*router_, worker_->notifier()}, std::chrono::milliseconds(100));
+      const bool awake =
+          verify_  ? WaitForWork(ctl_, {*router_, worker_->notifier(), remote_->socket(), verify_->notifier()},
+                                 std::chrono::milliseconds(100))
+          : remote_ ? WaitForWork(ctl_, {*router_, worker_->notifier(), remote_->socket()}, std::chrono::milliseconds(100))
+                    : WaitForWork(ctl_, {*router_, worker_->notifier()}, std::chrono::milliseconds(100));
       if (!awake) return;
       OnCompletions();
       while (auto m = ipc::ReceiveVerified(*router_, true, ipc::DecodeExperts, Clock::now(), rejects_)) {
@@ -138,6 +144,7 @@ class ExpertFetcher {
             {"prefetch_reads", static_cast<double>(prefetch_reads_)},
             {"prefetch_used", static_cast<double>(prefetch_used_)},
             {"remote_resends", static_cast<double>(remote_ ? remote_->resends() : 0)},
+            {"verified_experts", static_cast<double>(verify_ ? verify_->verified() : 0)},
             {"rejected_messages", static_cast<double>(rejected())}};
   }
 
@@ -262,7 +269,9 @@ class ExpertFetcher {
     rejects_.last_reason = "unexpected experts message from compute";
   }
 
-  size_t ReadsPending() const { return worker_->pending() + (remote_ ? remote_->pending() : 0); }
+  size_t ReadsPending() const {
+    return worker_->pending() + (remote_ ? remote_->pending() : 0) + (verify_ ? verify_->pending() : 0);
+  }
 
   // The newest hint first, then the warm-up queue.
   void ServeOnePrefetch() {
@@ -284,7 +293,19 @@ class ExpertFetcher {
   void OnCompletions() {
     std::vector<ReadDone> done = worker_->TakeCompleted();
     if (remote_)
-      for (ReadDone& d : remote_->TakeCompleted()) done.push_back(std::move(d));
+      for (ReadDone& d : remote_->TakeCompleted()) {
+        if (verify_ && d.error.empty()) {  // checked against the manifest before the slot is published
+          const auto s = static_cast<uint32_t>(d.tag);
+          const ExpertKey key = cache_->slot(s).key;
+          const ReadRun& r = Run(key.layer, key.expert);
+          const uint8_t* bytes = arena_.data() + table_->slot_offset(s) + r.lead();
+          verify_->Submit(std::move(d), key.layer, key.expert, bytes, r.length(), f_.remote);
+          continue;
+        }
+        done.push_back(std::move(d));
+      }
+    if (verify_)
+      for (ReadDone& d : verify_->TakeCompleted()) done.push_back(std::move(d));
     if (done.empty()) return;
     for (const ReadDone& d : done) {
       const auto s = static_cast<uint32_t>(d.tag);
@@ -321,6 +342,7 @@ class ExpertFetcher {
   std::optional<CacheTrace> trace_;
   std::optional<ReadWorker> worker_;
   std::optional<RemoteReads> remote_;
+  std::unique_ptr<ExpertVerifier> verify_;  // remote experts checked against the manifest
   std::optional<zmq::socket_t> router_;
   std::map<uint32_t, std::vector<Waiter>> waiters_;
   std::map<uint32_t, bool> demand_fill_;
@@ -344,6 +366,8 @@ int Main(int argc, char** argv) {
   app.add_option("--remote", f.remote, "read experts from the k3-expert-server at this endpoint (tcp://HOST:PORT)");
   app.add_option("--remote-timeout", f.remote_timeout, "seconds without an answer before a remote read fails")
       ->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--manifest", f.manifest, "expert manifest (default: k3-manifest.json in the model directory)");
+  app.add_flag("--no-verify", f.no_verify, "do not check experts from --remote against a manifest");
   return RunWeightService<ExpertFetcher>(app, argc, argv, f, "k3-expert-fetcher", kService);
 }
 

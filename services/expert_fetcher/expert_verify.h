@@ -1,0 +1,82 @@
+// ExpertVerifier: checks each expert that arrived from a k3-expert-server against the local
+// expert manifest (common/manifest.h) before the fetcher publishes its slot. The XXH3 check
+// of the transfer only proves the bytes are the ones the server sent; the manifest's SHA-256,
+// taken from a trusted copy, proves they are the model's. Hashing runs on worker threads
+// (SHA-256 is ~1.4 GB/s per core, slower than a fast link), so the fetcher's loop keeps
+// receiving while earlier experts are checked; completions are announced on an inproc PAIR
+// socket the loop polls, like ReadWorker's.
+//
+// Ownership: owns the threads and the manifest. Thread-safety: Submit/TakeCompleted from the
+// fetcher's loop thread only.
+#pragma once
+#include <zmq.hpp>
+
+#include <condition_variable>
+#include <memory>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/manifest.h"
+#include "common/service/read_worker.h"
+
+namespace k3::svc {
+
+class ExpertVerifier {
+ public:
+  // `threads` hashing threads (at least 1); binds "inproc://<notify_name>" on `ctx`.
+  ExpertVerifier(zmq::context_t& ctx, const std::string& notify_name, Manifest manifest, std::string manifest_path,
+                 int threads);
+  ~ExpertVerifier();
+  ExpertVerifier(const ExpertVerifier&) = delete;
+  ExpertVerifier& operator=(const ExpertVerifier&) = delete;
+
+  zmq::socket_t& notifier() { return notify_rx_; }
+  // `done` is a successful read of expert (layer, expert): its `length` bytes at `bytes`
+  // came from the expert server `server`. It comes back from TakeCompleted once checked.
+  void Submit(ReadDone done, int layer, int expert, const uint8_t* bytes, uint64_t length, const std::string& server);
+  // The reads checked so far. Throws k3::Error(kExitRuntime) naming layer, expert and server on
+  // the first expert whose bytes differ from the manifest: the run must not go on with them.
+  std::vector<ReadDone> TakeCompleted();
+  size_t pending() const { return pending_; }
+  uint64_t verified() const { return verified_; }
+
+ private:
+  struct Job {
+    ReadDone done;
+    int layer = 0, expert = 0;
+    const uint8_t* bytes = nullptr;
+    uint64_t length = 0;
+    std::string server;
+    std::string mismatch;  // set by the worker when the digest differs
+  };
+  void Run();
+
+  Manifest manifest_;
+  std::string manifest_path_;
+  zmq::socket_t notify_rx_;
+  zmq::socket_t notify_tx_;  // workers send under mu_
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  std::vector<Job> done_;
+  bool stop_ = false;
+  size_t pending_ = 0;  // submitted, not yet taken
+  uint64_t verified_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+// What the fetcher does with the manifest at start (docs/formats.md "Expert manifest"): the
+// manifest is `manifest_flag`, or k3-manifest.json in the model directory when it exists.
+// - reading experts locally from a trunk-only copy is UsageError (its experts are holes);
+// - remote (`remote`) without a manifest is UsageError unless `no_verify`;
+// - a manifest that is corrupt or describes another model is BadModel.
+// Returns the verifier for remote reads (null for local reads or with `no_verify`).
+std::unique_ptr<ExpertVerifier> StartVerifier(zmq::context_t& ctx, const std::string& model_dir,
+                                              const std::string& manifest_flag, const ModelConfig& cfg, bool remote,
+                                              bool no_verify);
+
+}  // namespace k3::svc
