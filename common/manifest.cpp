@@ -146,6 +146,24 @@ void WriteManifest(const Manifest& m, const std::string& path) {
   }
 }
 
+std::optional<Manifest> CheckExpertSource(const std::string& model_dir, const std::string& manifest_flag,
+                                          const ModelConfig& cfg, bool remote, bool no_verify) {
+  const std::string path = manifest_flag.empty() ? DefaultManifestPath(model_dir) : manifest_flag;
+  if (manifest_flag.empty() && !std::filesystem::exists(path)) {
+    if (remote && !no_verify)
+      throw UsageError("experts from an expert server need a manifest to check them against: " + path +
+                       " does not exist (write it with k3-model digest on a trusted copy, pass --manifest PATH, "
+                       "or --no-verify)");
+    return std::nullopt;
+  }
+  Manifest m = LoadManifest(path);
+  CheckManifestFits(m, cfg, path);
+  if (m.trunk_only && !remote)
+    throw UsageError(model_dir + " is a trunk-only copy (k3-model trunk-only): its routed experts are not on this "
+                     "disk; read them from an expert server with --expert-server tcp://HOST:PORT");
+  return m;
+}
+
 void CheckManifestFits(const Manifest& m, const ModelConfig& cfg, const std::string& path) {
   if (m.first_layer != cfg.first_k_dense_replace || m.num_layers != cfg.num_layers || m.num_experts != cfg.num_experts)
     throw BadModel(path + ": expert manifest describes layers " + std::to_string(m.first_layer) + ".." +

@@ -9,6 +9,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,5 +58,13 @@ std::string ManifestJson(const Manifest& m);
 void WriteManifest(const Manifest& m, const std::string& path);
 // BadModel unless the manifest describes this model's layers and experts.
 void CheckManifestFits(const Manifest& m, const ModelConfig& cfg, const std::string& path);
+
+// The rules of a run's expert source, in one place for k3-launch (before anything starts) and
+// the fetcher (at start): the manifest is `manifest_flag`, else `model_dir`/k3-manifest.json
+// when that exists. Reading experts locally (`remote` false) from a trunk-only copy is
+// UsageError; remote without a manifest is UsageError unless `no_verify`; a bad manifest, or
+// one for another model, is BadModel. Returns the manifest when there is one ({} if none).
+std::optional<Manifest> CheckExpertSource(const std::string& model_dir, const std::string& manifest_flag,
+                                          const ModelConfig& cfg, bool remote, bool no_verify);
 
 }  // namespace k3

@@ -57,11 +57,15 @@ std::vector<ReadDone> ExpertVerifier::TakeCompleted() {
   }
   std::vector<ReadDone> out;
   for (Job& j : jobs) {
-    if (!j.mismatch.empty())
-      throw RuntimeFailure("layer " + std::to_string(j.layer) + " expert " + std::to_string(j.expert) +
-                           " from expert server " + j.server + " does not match the manifest " + manifest_path_ +
-                           " (" + j.mismatch + "): refusing bytes that are not the model's");
-    ++verified_;
+    if (j.mismatch.empty()) {
+      ++verified_;
+    } else {  // like a failed XXH3 check: the waiters get ExpertFailed{BadChecksum}
+      ++mismatches_;
+      j.done.bytes = 0;
+      j.done.corrupt = true;
+      j.done.error = "bytes from expert server " + j.server + " do not match the manifest " + manifest_path_ + " (" +
+                     j.mismatch + ")";
+    }
     out.push_back(std::move(j.done));
   }
   return out;
@@ -102,24 +106,13 @@ void ExpertVerifier::Run() {
 std::unique_ptr<ExpertVerifier> StartVerifier(zmq::context_t& ctx, const std::string& model_dir,
                                               const std::string& manifest_flag, const ModelConfig& cfg, bool remote,
                                               bool no_verify) {
+  std::optional<Manifest> m = CheckExpertSource(model_dir, manifest_flag, cfg, remote, no_verify);
+  if (!m || !remote || no_verify) return nullptr;
   const std::string path = manifest_flag.empty() ? DefaultManifestPath(model_dir) : manifest_flag;
-  if (manifest_flag.empty() && !std::filesystem::exists(path)) {
-    if (remote && !no_verify)
-      throw UsageError("experts from an expert server need a manifest to check them against: " + path +
-                       " does not exist (write it with k3-model digest on a trusted copy, pass --manifest PATH, "
-                       "or --no-verify)");
-    return nullptr;
-  }
-  Manifest m = LoadManifest(path);
-  CheckManifestFits(m, cfg, path);
-  if (m.trunk_only && !remote)
-    throw UsageError(model_dir + " is a trunk-only copy (k3-model trunk-only): its routed experts are not on this "
-                     "disk; read them from an expert server with --expert-server tcp://HOST:PORT");
-  if (!remote || no_verify) return nullptr;
   const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
   std::fprintf(stderr, "[expert-fetcher] every expert from the server is checked against %s (SHA-256, %d threads)\n",
                path.c_str(), threads);
-  return std::make_unique<ExpertVerifier>(ctx, "experts-verify", std::move(m), path, threads);
+  return std::make_unique<ExpertVerifier>(ctx, "experts-verify", std::move(*m), path, threads);
 }
 
 }  // namespace k3::svc

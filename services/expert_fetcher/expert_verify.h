@@ -38,11 +38,13 @@ class ExpertVerifier {
   // `done` is a successful read of expert (layer, expert): its `length` bytes at `bytes`
   // came from the expert server `server`. It comes back from TakeCompleted once checked.
   void Submit(ReadDone done, int layer, int expert, const uint8_t* bytes, uint64_t length, const std::string& server);
-  // The reads checked so far. Throws k3::Error(kExitRuntime) naming layer, expert and server on
-  // the first expert whose bytes differ from the manifest: the run must not go on with them.
+  // The reads checked so far. An expert whose bytes differ from the manifest comes back as a
+  // corrupt read naming the server (the fetcher's ExpertFailed adds layer and expert): its slot
+  // is never published, and compute ends the run when it needs that expert (exit 1).
   std::vector<ReadDone> TakeCompleted();
   size_t pending() const { return pending_; }
   uint64_t verified() const { return verified_; }
+  uint64_t mismatches() const { return mismatches_; }
 
  private:
   struct Job {
@@ -65,16 +67,13 @@ class ExpertVerifier {
   std::vector<Job> done_;
   bool stop_ = false;
   size_t pending_ = 0;  // submitted, not yet taken
-  uint64_t verified_ = 0;
+  uint64_t verified_ = 0, mismatches_ = 0;
   std::vector<std::thread> threads_;
 };
 
-// What the fetcher does with the manifest at start (docs/formats.md "Expert manifest"): the
-// manifest is `manifest_flag`, or k3-manifest.json in the model directory when it exists.
-// - reading experts locally from a trunk-only copy is UsageError (its experts are holes);
-// - remote (`remote`) without a manifest is UsageError unless `no_verify`;
-// - a manifest that is corrupt or describes another model is BadModel.
-// Returns the verifier for remote reads (null for local reads or with `no_verify`).
+// What the fetcher does with the manifest at start: the rules of CheckExpertSource
+// (common/manifest.h), then the verifier for remote reads (null for local reads or with
+// `no_verify`).
 std::unique_ptr<ExpertVerifier> StartVerifier(zmq::context_t& ctx, const std::string& model_dir,
                                               const std::string& manifest_flag, const ModelConfig& cfg, bool remote,
                                               bool no_verify);

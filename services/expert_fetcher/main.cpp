@@ -145,6 +145,7 @@ class ExpertFetcher {
             {"prefetch_used", static_cast<double>(prefetch_used_)},
             {"remote_resends", static_cast<double>(remote_ ? remote_->resends() : 0)},
             {"verified_experts", static_cast<double>(verify_ ? verify_->verified() : 0)},
+            {"manifest_mismatches", static_cast<double>(verify_ ? verify_->mismatches() : 0)},
             {"rejected_messages", static_cast<double>(rejected())}};
   }
 
