@@ -21,7 +21,8 @@ def shard_tensors(path):
 
 def expert_ranges(model):
     """{(layer, expert): (shard file name, begin, end)}: the six tensors' span (contiguous)."""
-    index = json.load(open(os.path.join(model, "model.safetensors.index.json")))["weight_map"]
+    with open(os.path.join(model, "model.safetensors.index.json")) as f:
+        index = json.load(f)["weight_map"]
     out = {}
     for shard in sorted(set(index.values())):
         for name, (b, e) in shard_tensors(os.path.join(model, shard)).items():
