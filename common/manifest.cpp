@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,21 @@ ExpertDigest DigestBytes(const uint8_t* data, size_t length) {
   if (EVP_Digest(data, length, d.data(), &n, EVP_sha256(), nullptr) != 1 || n != d.size())
     throw RuntimeFailure("SHA-256 (OpenSSL EVP_Digest) failed");
   return d;
+}
+
+size_t DigestChunks(uint64_t length) { return static_cast<size_t>((length + kDigestChunkBytes - 1) / kDigestChunkBytes); }
+
+ExpertDigest CombineChunkDigests(const std::vector<ExpertDigest>& chunks) {
+  std::vector<uint8_t> all;
+  for (const ExpertDigest& c : chunks) all.insert(all.end(), c.begin(), c.end());
+  return DigestBytes(all.data(), all.size());
+}
+
+ExpertDigest ExpertDigestOf(const uint8_t* data, uint64_t length) {
+  std::vector<ExpertDigest> chunks;
+  for (uint64_t at = 0; at < length; at += kDigestChunkBytes)
+    chunks.push_back(DigestBytes(data + at, static_cast<size_t>(std::min(kDigestChunkBytes, length - at))));
+  return CombineChunkDigests(chunks);
 }
 
 std::string DigestHex(const ExpertDigest& d) {
@@ -61,18 +77,21 @@ Manifest LoadManifest(const std::string& path) {
   const nlohmann::json j = ParseJsonStrict(text.str(), path + " (expert manifest)");
   auto bad = [&](const std::string& why) { return BadModel(path + ": expert manifest " + why); };
   if (!j.is_object()) throw bad("is not a JSON object");
-  static const std::set<std::string> kKeys = {"format", "version", "hash", "trunk_only", "first_layer",
-                                              "num_layers", "num_experts", "shards", "experts"};
+  static const std::set<std::string> kKeys = {"format",     "version",    "hash",        "chunk_bytes", "trunk_only",
+                                              "first_layer", "num_layers", "num_experts", "shards",      "experts"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!kKeys.count(it.key())) throw bad("has an unknown key '" + Printable(it.key()) + "'");
-  for (const char* k : {"format", "version", "hash", "trunk_only", "first_layer", "num_layers", "num_experts",
-                        "shards", "experts"})
+  for (const char* k : {"format", "version", "hash", "chunk_bytes", "trunk_only", "first_layer", "num_layers",
+                        "num_experts", "shards", "experts"})
     if (!j.contains(k)) throw bad("lacks '" + std::string(k) + "' (truncated or not a manifest?)");
   if (!j["format"].is_string() || j["format"].get<std::string>() != kManifestFormat)
     throw bad("'format' is not \"" + std::string(kManifestFormat) + "\"");
   if (!j["version"].is_number_integer() || j["version"].get<int64_t>() != kManifestVersion)
     throw bad("has version " + j["version"].dump() + "; this k3 reads version " + std::to_string(kManifestVersion));
-  if (!j["hash"].is_string() || j["hash"].get<std::string>() != "sha256") throw bad("'hash' is not \"sha256\"");
+  if (!j["hash"].is_string() || j["hash"].get<std::string>() != kManifestHash)
+    throw bad("'hash' is not \"" + std::string(kManifestHash) + "\"");
+  if (!j["chunk_bytes"].is_number_unsigned() || j["chunk_bytes"].get<uint64_t>() != kDigestChunkBytes)
+    throw bad("'chunk_bytes' is not " + std::to_string(kDigestChunkBytes));
   if (!j["trunk_only"].is_boolean()) throw bad("'trunk_only' is not true or false");
   Manifest m;
   m.trunk_only = j["trunk_only"].get<bool>();
@@ -120,7 +139,8 @@ Manifest LoadManifest(const std::string& path) {
 std::string ManifestJson(const Manifest& m) {
   // Written by hand so each digest sits on its own line (diffable, greppable).
   std::string out = "{\n  \"format\": \"" + std::string(kManifestFormat) + "\",\n  \"version\": " +
-                    std::to_string(kManifestVersion) + ",\n  \"hash\": \"sha256\",\n  \"trunk_only\": " +
+                    std::to_string(kManifestVersion) + ",\n  \"hash\": \"" + kManifestHash + "\",\n  \"chunk_bytes\": " +
+                    std::to_string(kDigestChunkBytes) + ",\n  \"trunk_only\": " +
                     (m.trunk_only ? "true" : "false") + ",\n  \"first_layer\": " + std::to_string(m.first_layer) +
                     ",\n  \"num_layers\": " + std::to_string(m.num_layers) + ",\n  \"num_experts\": " +
                     std::to_string(m.num_experts) + ",\n  \"shards\": [";

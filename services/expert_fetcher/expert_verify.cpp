@@ -1,7 +1,6 @@
 #include "services/expert_fetcher/expert_verify.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 
@@ -13,11 +12,7 @@ ExpertVerifier::ExpertVerifier(zmq::context_t& ctx, const std::string& notify_na
                                std::string manifest_path, int threads)
     : manifest_(std::move(manifest)),
       manifest_path_(std::move(manifest_path)),
-      notify_rx_(ctx, zmq::socket_type::pair),
-      notify_tx_(ctx, zmq::socket_type::pair) {
-  const std::string ep = "inproc://" + notify_name;
-  notify_rx_.bind(ep);
-  notify_tx_.connect(ep);
+      wake_(ctx, notify_name) {
   for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { Run(); });
 }
 
@@ -34,21 +29,42 @@ void ExpertVerifier::Submit(ReadDone done, int layer, int expert, const uint8_t*
                             const std::string& server) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    jobs_.push_back({std::move(done), layer, expert, bytes, length, server, {}});
+    Job& j = active_.emplace_back();
+    j.done = std::move(done);
+    j.layer = layer;
+    j.expert = expert;
+    j.bytes = bytes;
+    j.length = length;
+    j.server = server;
+    j.chunks.resize(DigestChunks(length));
+    j.left = j.chunks.size();
+    for (size_t c = 0; c < j.chunks.size(); ++c) tasks_.push_back({&j, c});
     ++pending_;
+    if (j.left == 0) Finish(j);
   }
-  cv_.notify_one();
+  cv_.notify_all();
+}
+
+void ExpertVerifier::Finish(Job& job) {
+  if (!manifest_.has(job.layer, job.expert)) {
+    job.mismatch = "the manifest has no digest for it";
+  } else {
+    const ExpertDigest got = CombineChunkDigests(job.chunks);
+    const ExpertDigest& want = manifest_.at(job.layer, job.expert);
+    if (got != want)
+      job.mismatch = "SHA-256 " + DigestHex(got).substr(0, 16) + "..., expected " + DigestHex(want).substr(0, 16) + "...";
+  }
+  for (auto it = active_.begin(); it != active_.end(); ++it)
+    if (&*it == &job) {
+      done_.push_back(std::move(*it));
+      active_.erase(it);
+      break;
+    }
+  wake_.Signal();
 }
 
 std::vector<ReadDone> ExpertVerifier::TakeCompleted() {
-  zmq::message_t m;
-  for (;;) {  // drain the wake-ups; a signal interrupting a receive is retried
-    try {
-      if (!notify_rx_.recv(m, zmq::recv_flags::dontwait)) break;
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) throw;
-    }
-  }
+  wake_.Drain();
   std::vector<Job> jobs;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -73,33 +89,20 @@ std::vector<ReadDone> ExpertVerifier::TakeCompleted() {
 
 void ExpertVerifier::Run() {
   for (;;) {
-    Job job;
+    Task t;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [this] { return stop_ || !jobs_.empty(); });
-      if (stop_) return;  // queued jobs are abandoned: their slots are never published
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
+      cv_.wait(lk, [this] { return stop_ || !tasks_.empty(); });
+      if (stop_) return;  // queued work is abandoned: those slots are never published
+      t = tasks_.front();
+      tasks_.pop_front();
     }
-    if (!manifest_.has(job.layer, job.expert)) {
-      job.mismatch = "the manifest has no digest for it";
-    } else {
-      const ExpertDigest got = DigestBytes(job.bytes, job.length);
-      const ExpertDigest& want = manifest_.at(job.layer, job.expert);
-      if (got != want)
-        job.mismatch = "SHA-256 " + DigestHex(got).substr(0, 16) + "..., expected " + DigestHex(want).substr(0, 16) + "...";
-    }
-    std::lock_guard<std::mutex> lk(mu_);  // also serialises the workers' sends
-    done_.push_back(std::move(job));
-    for (;;) {
-      try {
-        notify_tx_.send(zmq::str_buffer(""), zmq::send_flags::dontwait);
-      } catch (const zmq::error_t& e) {
-        if (e.num() == EINTR) continue;  // a signal: the wake-up must still be sent
-        // The PAIR queue is full only if the loop stopped draining; the job is in done_.
-      }
-      break;
-    }
+    const uint64_t at = t.chunk * kDigestChunkBytes;
+    const ExpertDigest d =
+        DigestBytes(t.job->bytes + at, static_cast<size_t>(std::min(kDigestChunkBytes, t.job->length - at)));
+    std::lock_guard<std::mutex> lk(mu_);  // also serialises the workers' wake-ups
+    t.job->chunks[t.chunk] = d;
+    if (--t.job->left == 0) Finish(*t.job);
   }
 }
 

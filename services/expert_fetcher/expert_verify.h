@@ -2,9 +2,10 @@
 // expert manifest (common/manifest.h) before the fetcher publishes its slot. The XXH3 check
 // of the transfer only proves the bytes are the ones the server sent; the manifest's SHA-256,
 // taken from a trusted copy, proves they are the model's. Hashing runs on worker threads
-// (SHA-256 is ~1.4 GB/s per core, slower than a fast link), so the fetcher's loop keeps
-// receiving while earlier experts are checked; completions are announced on an inproc PAIR
-// socket the loop polls, like ReadWorker's.
+// (SHA-256 is ~1.4 GB/s per core, slower than a fast link): the loop keeps receiving while
+// earlier experts are checked, and the 4 MiB chunks of one expert are hashed by several
+// threads at once, so an expert waits a fraction of its single-thread hashing time.
+// Completions are announced on a WakePair the loop polls, like ReadWorker's.
 //
 // Ownership: owns the threads and the manifest. Thread-safety: Submit/TakeCompleted from the
 // fetcher's loop thread only.
@@ -15,6 +16,7 @@
 #include <memory>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -22,6 +24,7 @@
 
 #include "common/manifest.h"
 #include "common/service/read_worker.h"
+#include "common/service/wake_pair.h"
 
 namespace k3::svc {
 
@@ -34,7 +37,7 @@ class ExpertVerifier {
   ExpertVerifier(const ExpertVerifier&) = delete;
   ExpertVerifier& operator=(const ExpertVerifier&) = delete;
 
-  zmq::socket_t& notifier() { return notify_rx_; }
+  zmq::socket_t& notifier() { return wake_.socket(); }
   // `done` is a successful read of expert (layer, expert): its `length` bytes at `bytes`
   // came from the expert server `server`. It comes back from TakeCompleted once checked.
   void Submit(ReadDone done, int layer, int expert, const uint8_t* bytes, uint64_t length, const std::string& server);
@@ -53,17 +56,24 @@ class ExpertVerifier {
     const uint8_t* bytes = nullptr;
     uint64_t length = 0;
     std::string server;
-    std::string mismatch;  // set by the worker when the digest differs
+    std::vector<ExpertDigest> chunks;  // filled by the workers
+    size_t left = 0;                   // chunks not hashed yet
+    std::string mismatch;              // set when the digest differs
+  };
+  struct Task {
+    Job* job = nullptr;
+    size_t chunk = 0;
   };
   void Run();
+  void Finish(Job& job);  // all chunks hashed: compare (under mu_)
 
   Manifest manifest_;
   std::string manifest_path_;
-  zmq::socket_t notify_rx_;
-  zmq::socket_t notify_tx_;  // workers send under mu_
+  WakePair wake_;  // workers signal under mu_
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> jobs_;
+  std::deque<Task> tasks_;
+  std::list<Job> active_;  // submitted, not all chunks hashed (stable addresses for the tasks)
   std::vector<Job> done_;
   bool stop_ = false;
   size_t pending_ = 0;  // submitted, not yet taken

@@ -1,11 +1,12 @@
 """Helpers for the expert manifest and trunk-only tests: where a routed expert's bytes sit in
 the shards, read from the safetensors headers with this file's own parser (not the engine's),
-and a way to alter them on a server's copy.
+a way to alter them on a server's copy, and the standalone ids the runs must give.
 """
 import json
 import os
 import re
 import struct
+import subprocess
 
 EXPERT = re.compile(r"\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.w[123]\.weight_(packed|scale)$")
 
@@ -34,6 +35,14 @@ def expert_ranges(model):
             assert f == shard, "an expert split across shards"
             out[key] = (shard, min(b0, b), max(e0, e))
     return out
+
+
+def standalone_ids(bin_dir, model, ids, gen, timeout):
+    """The ids of `k3-compute --standalone` (one process, local reads): what every run must give."""
+    r = subprocess.run([os.path.join(bin_dir, "k3-compute"), "--standalone", model, "--ids", ids, "--gen", str(gen),
+                        "--threads", "1"], capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return [int(x) for x in r.stdout.split()]
 
 
 def xor_expert(model, layer, expert, offset=16, count=8):

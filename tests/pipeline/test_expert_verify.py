@@ -21,7 +21,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
-from expert_files import expert_ranges, xor_expert  # noqa: E402
+from expert_files import expert_ranges, standalone_ids, xor_expert  # noqa: E402
 from proc_util import children_of, free_port, last_line, shm_names  # noqa: E402
 
 ROGUE_LAYER = 5
@@ -32,10 +32,7 @@ class ExpertVerifyTest(unittest.TestCase):
     def setUpClass(cls):
         if not tp.BIN or not os.path.isdir(tp.MODEL):
             raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
-        r = subprocess.run([os.path.join(tp.BIN, "k3-compute"), "--standalone", tp.MODEL, "--ids", tp.IDS,
-                            "--gen", str(tp.GEN), "--threads", "1"], capture_output=True, text=True, timeout=tp.TIMEOUT)
-        assert r.returncode == 0, r.stderr
-        cls.expected = [int(x) for x in r.stdout.split()]
+        cls.expected = standalone_ids(tp.BIN, tp.MODEL, tp.IDS, tp.GEN, tp.TIMEOUT)
         cls.tmp = tempfile.mkdtemp(prefix="k3-verify-test-")
         # The compute box's copy (with the manifest) and the servers' copies.
         cls.client = os.path.join(cls.tmp, "client")

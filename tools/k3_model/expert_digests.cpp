@@ -81,7 +81,7 @@ std::vector<ExpertDigest> DigestExperts(const Checkpoint& ck, const ModelConfig&
         buf.resize(len);
         ReadExactly(fds[static_cast<size_t>(it.range.shard)].fd, buf.data(), len, static_cast<uint64_t>(it.range.begin),
                     ck.shard_paths()[static_cast<size_t>(it.range.shard)]);
-        out[it.index] = DigestBytes(buf.data(), len);
+        out[it.index] = ExpertDigestOf(buf.data(), len);
         bytes += len;
         ++finished;
       }

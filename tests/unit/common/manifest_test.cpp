@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -25,6 +27,29 @@ TEST(Manifest, Sha256KnownAnswers) {
   EXPECT_EQ(Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+// The chunked digest, written out from its definition with plain SHA-256 calls.
+TEST(Manifest, ChunkedExpertDigest) {
+  std::vector<uint8_t> bytes(kDigestChunkBytes * 2 + 1000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
+  EXPECT_EQ(DigestChunks(0), 0u);
+  EXPECT_EQ(DigestChunks(1), 1u);
+  EXPECT_EQ(DigestChunks(kDigestChunkBytes), 1u);
+  EXPECT_EQ(DigestChunks(bytes.size()), 3u);
+  std::vector<uint8_t> cat;
+  for (uint64_t at : {uint64_t{0}, kDigestChunkBytes, 2 * kDigestChunkBytes}) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kDigestChunkBytes, bytes.size() - at));
+    const ExpertDigest c = DigestBytes(bytes.data() + at, n);
+    cat.insert(cat.end(), c.begin(), c.end());
+  }
+  EXPECT_EQ(ExpertDigestOf(bytes.data(), bytes.size()), DigestBytes(cat.data(), cat.size()));
+  EXPECT_NE(ExpertDigestOf(bytes.data(), bytes.size()), DigestBytes(bytes.data(), bytes.size()));
+  EXPECT_EQ(ExpertDigestOf(bytes.data(), 0), DigestBytes(nullptr, 0));
+  // One byte changed anywhere changes the digest.
+  const ExpertDigest before = ExpertDigestOf(bytes.data(), bytes.size());
+  bytes[kDigestChunkBytes + 5] ^= 1;
+  EXPECT_NE(ExpertDigestOf(bytes.data(), bytes.size()), before);
 }
 
 Manifest Sample() {
@@ -82,8 +107,10 @@ TEST(Manifest, DefectsAreBadModel) {
   ExpectBadModel([&] { LoadManifest(path); }, {"version 2"});
   with("k3-expert-manifest", "something-else");
   ExpectBadModel([&] { LoadManifest(path); }, {"format"});
-  with("\"hash\": \"sha256\"", "\"hash\": \"md5\"");
+  with("\"hash\": \"sha256-chunks\"", "\"hash\": \"sha256\"");
   ExpectBadModel([&] { LoadManifest(path); }, {"hash"});
+  with("\"chunk_bytes\": 4194304", "\"chunk_bytes\": 1048576");
+  ExpectBadModel([&] { LoadManifest(path); }, {"chunk_bytes"});
   with("\"num_experts\": 4", "\"num_experts\": 5");
   ExpectBadModel([&] { LoadManifest(path); }, {"8 expert digests, expected 10"});
   with("\"trunk_only\": true", "\"trunk_only\": 1");
