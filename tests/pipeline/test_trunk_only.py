@@ -136,6 +136,11 @@ class TrunkOnlyTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertRegex(r.stderr, r"\Ak3-launch: [^\n]*trunk-only copy[^\n]*--expert-server[^\n]*\n\Z")
         self.assertEqual(r.stdout, "")
+        # Nor does k3-compute --standalone, which reads experts from the shards too.
+        r = subprocess.run([os.path.join(tp.BIN, "k3-compute"), "--standalone", self.dst, "--ids", tp.IDS, "--gen", "1"],
+                           capture_output=True, text=True, timeout=tp.TIMEOUT)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertRegex(r.stderr, r"\Ak3-compute: [^\n]*trunk-only copy[^\n]*\n\Z")
 
     def test_check_tells_release_from_copy(self):
         r = k3_model("check", tp.MODEL)
