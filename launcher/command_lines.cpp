@@ -61,6 +61,8 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
       x.insert(x.end(), {"--remote-client-key", opt.client_key});
     }
   }
+  if (!opt.manifest.empty()) x.insert(x.end(), {"--manifest", opt.manifest});
+  if (opt.no_verify) x.push_back("--no-verify");
   // Every expert has a slot: the fetcher reads them all ahead (nothing is ever evicted).
   if (AllExpertsResident(m, p)) x.push_back("--warm");
   out.push_back({"expert-fetcher", x, true});

@@ -8,6 +8,7 @@
 #include "common/end_ids.h"
 #include "common/error.h"
 #include "common/id_list.h"
+#include "common/manifest.h"
 #include "common/plan/memory_plan.h"
 #include "common/run_main.h"
 #include "common/state_file.h"
@@ -44,6 +45,9 @@ int Main(int argc, char** argv) {
     if (id >= m.cfg.vocab_size)
       throw UsageError("--stop-ids/--stop-id: id " + std::to_string(id) + " outside [0," +
                        std::to_string(m.cfg.vocab_size) + ")");
+  // A trunk-only copy without an expert server, or a server without a manifest: refused before
+  // anything starts (the fetcher checks the same at its start). A dry run only plans.
+  if (!opt.dry_run) CheckExpertSource(opt.model, opt.manifest, m.cfg, !opt.expert_server.empty(), opt.no_verify);
   std::FILE* plan_out = opt.dry_run ? stdout : stderr;  // stdout carries only ids in a run
   // --quiet: the plan goes nowhere in a run (a dry run prints it: that is what it is for).
   std::FILE* devnull = nullptr;

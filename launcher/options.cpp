@@ -106,8 +106,11 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
       } else {
         throw bad("a certificate path or a list of them");
       }
-    }
-    else if (k == "inflight") opt.inflight = small_int();
+    } else if (k == "manifest") opt.manifest = ResolvePath(base_dir, str());
+    else if (k == "no_verify") {
+      if (!node.is_boolean()) throw bad("true or false");
+      opt.no_verify = *node.value<bool>();
+    } else if (k == "inflight") opt.inflight = small_int();
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
     else if (k == "spec") opt.spec = integer();
     else if (k == "full_recompute") {
@@ -223,6 +226,10 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
                  "the expert servers' public certificate (CURVE); one for all servers, or repeated in "
                  "--expert-server order");
   app.add_option("--client-key", cli.client_key, "this client's NAME_secret certificate for the expert servers (CURVE)");
+  app.add_option("--manifest", cli.manifest,
+                 "expert manifest the experts from --expert-server are checked against (default: "
+                 "k3-manifest.json in the model directory; k3-model digest writes it)");
+  app.add_flag("--no-verify", cli.no_verify, "do not check experts from --expert-server against a manifest");
   bool no_hints = false;
   app.add_flag("--no-prefetch-hints", no_hints, "do not send next-layer expert guesses to the fetcher");
   app.add_flag("--probe-membw", cli.probe_membw,
@@ -273,6 +280,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--inflight")) opt.inflight = cli.inflight;
   if (given("--dump-cache-trace")) opt.dump_cache_trace = cli.dump_cache_trace;
   if (given("--expert-server")) opt.expert_server = cli.expert_server;
+  if (given("--manifest")) opt.manifest = cli.manifest;
+  if (cli.no_verify) opt.no_verify = true;
   if (given("--expert-server-key")) opt.expert_server_key = cli.expert_server_key;
   if (given("--client-key")) opt.client_key = cli.client_key;
   if (given("--expert-slots")) opt.expert_slots = cli.expert_slots;

@@ -36,6 +36,8 @@ struct LaunchOptions {
   // all servers, or one per server in --expert-server order) and this client's NAME_secret.
   std::vector<std::string> expert_server_key;
   std::string client_key;
+  std::string manifest;        // expert manifest (default: k3-manifest.json in the model directory)
+  bool no_verify = false;      // experts from the expert server are not checked against a manifest
   std::string out, dump_logits;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these (Generate.stop_ids)
   std::vector<std::string> stop;  // --stop TEXT: generation ends when the decoded text shows one

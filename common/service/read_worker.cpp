@@ -9,14 +9,11 @@ namespace k3::svc {
 
 ReadWorker::ReadWorker(zmq::context_t& ctx, const std::string& notify_name, const std::string& backend,
                        const std::vector<std::string>& shards, int inflight)
-    : notify_rx_(ctx, zmq::socket_type::pair), notify_tx_(ctx, zmq::socket_type::pair) {
+    : wake_(ctx, notify_name) {
   io::ReaderOptions opts;
   opts.threads = inflight;
   opts.queue_depth = inflight;
   for (const auto& path : shards) readers_.push_back(io::OpenBlockReader(backend, path, opts));
-  const std::string ep = "inproc://" + notify_name;
-  notify_rx_.bind(ep);
-  notify_tx_.connect(ep);
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -39,14 +36,7 @@ void ReadWorker::Submit(ReadJob job) {
 }
 
 std::vector<ReadDone> ReadWorker::TakeCompleted() {
-  zmq::message_t m;
-  for (;;) {  // drain the wake-ups; a signal interrupting a receive is retried
-    try {
-      if (!notify_rx_.recv(m, zmq::recv_flags::dontwait)) break;
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) throw;
-    }
-  }
+  wake_.Drain();
   std::vector<ReadDone> out;
   std::lock_guard<std::mutex> lk(mu_);
   out.swap(done_);
@@ -78,15 +68,7 @@ void ReadWorker::Run() {
       std::lock_guard<std::mutex> lk(mu_);
       done_.push_back(std::move(d));
     }
-    for (;;) {
-      try {
-        notify_tx_.send(zmq::str_buffer(""), zmq::send_flags::dontwait);
-      } catch (const zmq::error_t& e) {
-        if (e.num() == EINTR) continue;  // a signal: the wake-up must still be sent
-        // The PAIR queue is full only if the service stopped draining; the data is in done_.
-      }
-      break;
-    }
+    wake_.Signal();
   }
 }
 

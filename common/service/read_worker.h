@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/io/block_reader.h"
+#include "common/service/wake_pair.h"
 
 namespace k3::svc {
 
@@ -34,6 +35,7 @@ struct ReadDone {
   uint64_t bytes = 0;
   std::string error;  // empty on success: the one-line k3::Error message otherwise
   bool corrupt = false;  // bytes arrived but failed their length or checksum check (remote reads)
+  std::string source{};  // remote reads: the expert server the bytes came from
 };
 
 class ReadWorker {
@@ -47,7 +49,7 @@ class ReadWorker {
   ReadWorker& operator=(const ReadWorker&) = delete;
 
   // The socket the service polls; readable when a completion may be waiting.
-  zmq::socket_t& notifier() { return notify_rx_; }
+  zmq::socket_t& notifier() { return wake_.socket(); }
   void Submit(ReadJob job);
   // Drains the notifier and returns every finished job.
   std::vector<ReadDone> TakeCompleted();
@@ -58,8 +60,7 @@ class ReadWorker {
  private:
   void Run();
   std::vector<std::unique_ptr<io::BlockReader>> readers_;
-  zmq::socket_t notify_rx_;
-  zmq::socket_t notify_tx_;  // used by the worker thread only
+  WakePair wake_;  // signalled by the worker thread only
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<ReadJob> jobs_;

@@ -19,6 +19,7 @@
 #include "common/end_ids.h"
 #include "common/sampling_check.h"
 #include "../../common/plan/memory_plan.h"
+#include "common/manifest.h"
 #include "common/service/service_shell.h"
 #include "common/stdout_writer.h"
 #include "forward.h"
@@ -70,6 +71,8 @@ int RunStandalone(const StandaloneOptions& opt) {
   svc::InstallStopSignals();
 
   ModelConfig cfg = LoadModelConfig(opt.model_dir + "/config.json");
+  // Standalone reads every expert from the shards: a trunk-only copy has holes there.
+  CheckExpertSource(opt.model_dir, "", cfg, false, false);
   if (opt.mla_norm_eps) cfg.mla_norm_eps = *opt.mla_norm_eps;
   cfg.expert_inputs_bf16 = ExpertInputsBf16(opt.expert_inputs);
   for (int32_t id : opt.ids)

@@ -27,6 +27,7 @@
 #include "common/tensor_names.h"
 #include "services/expert_fetcher/cache_trace.h"
 #include "services/expert_fetcher/expert_cache.h"
+#include "services/expert_fetcher/expert_verify.h"
 #include "services/expert_fetcher/remote_reads.h"
 #include "common/process_init.h"
 
@@ -44,6 +45,8 @@ struct Flags : WeightServiceFlags {
   double remote_timeout = 60;       // seconds without an answer before a remote read fails
   std::vector<std::string> remote_server_key;  // CURVE: the servers' public certs (one, or one per --remote)
   std::string remote_client_key;               // CURVE: this client's NAME_secret
+  std::string manifest;          // expert manifest (default: k3-manifest.json in the model directory)
+  bool no_verify = false;        // remote experts are not checked against a manifest
 };
 
 struct Waiter {
@@ -96,9 +99,11 @@ class ExpertFetcher {
       std::fprintf(stderr, "[expert-fetcher] routed experts come from the expert server%s at %s\n",
                    f_.remote.size() > 1 ? "s" : "", eps.c_str());
     }
+    verify_ = StartVerifier(ctx_, f_.model, f_.manifest, cfg_, remote_.has_value(), f_.no_verify);
     polled_ = {*router_, worker_->notifier()};
     if (remote_)
       for (zmq::socket_ref s : remote_->sockets()) polled_.push_back(s);
+    if (verify_) polled_.push_back(verify_->notifier());
     if (f_.warm) QueueWarmUp();
   }
 
@@ -152,6 +157,8 @@ class ExpertFetcher {
             {"prefetch_reads", static_cast<double>(prefetch_reads_)},
             {"prefetch_used", static_cast<double>(prefetch_used_)},
             {"remote_resends", static_cast<double>(remote_ ? remote_->resends() : 0)},
+            {"verified_experts", static_cast<double>(verify_ ? verify_->verified() : 0)},
+            {"manifest_mismatches", static_cast<double>(verify_ ? verify_->mismatches() : 0)},
             {"rejected_messages", static_cast<double>(rejected())}};
     // Per expert server, in --remote order (the launcher's report names them).
     if (remote_) {
@@ -293,7 +300,9 @@ class ExpertFetcher {
     rejects_.last_reason = "unexpected experts message from compute";
   }
 
-  size_t ReadsPending() const { return worker_->pending() + (remote_ ? remote_->pending() : 0); }
+  size_t ReadsPending() const {
+    return worker_->pending() + (remote_ ? remote_->pending() : 0) + (verify_ ? verify_->pending() : 0);
+  }
 
   // The newest hint first, then the warm-up queue.
   void ServeOnePrefetch() {
@@ -315,7 +324,20 @@ class ExpertFetcher {
   void OnCompletions() {
     std::vector<ReadDone> done = worker_->TakeCompleted();
     if (remote_)
-      for (ReadDone& d : remote_->TakeCompleted()) done.push_back(std::move(d));
+      for (ReadDone& d : remote_->TakeCompleted()) {
+        if (verify_ && d.error.empty()) {  // checked against the manifest before the slot is published
+          const auto s = static_cast<uint32_t>(d.tag);
+          const ExpertKey key = cache_->slot(s).key;
+          const ReadRun& r = Run(key.layer, key.expert);
+          const uint8_t* bytes = arena_.data() + table_->slot_offset(s) + r.lead();
+          const std::string server = d.source;
+          verify_->Submit(std::move(d), key.layer, key.expert, bytes, r.length(), server);
+          continue;
+        }
+        done.push_back(std::move(d));
+      }
+    if (verify_)
+      for (ReadDone& d : verify_->TakeCompleted()) done.push_back(std::move(d));
     if (done.empty()) return;
     for (const ReadDone& d : done) {
       const auto s = static_cast<uint32_t>(d.tag);
@@ -352,6 +374,7 @@ class ExpertFetcher {
   std::optional<CacheTrace> trace_;
   std::optional<ReadWorker> worker_;
   std::optional<RemoteReads> remote_;
+  std::unique_ptr<ExpertVerifier> verify_;  // remote experts checked against the manifest
   std::optional<zmq::socket_t> router_;
   std::vector<zmq::socket_ref> polled_;  // compute's requests, local read completions, the servers
   std::map<uint32_t, std::vector<Waiter>> waiters_;
@@ -385,6 +408,8 @@ int Main(int argc, char** argv) {
   app.add_option("--remote-client-key", f.remote_client_key, "this client's NAME_secret certificate (CURVE)")
       ->needs(app.get_option("--remote-server-key"));
   app.get_option("--remote-server-key")->needs(app.get_option("--remote-client-key"));
+  app.add_option("--manifest", f.manifest, "expert manifest (default: k3-manifest.json in the model directory)");
+  app.add_flag("--no-verify", f.no_verify, "do not check experts from --remote against a manifest");
   return RunWeightService<ExpertFetcher>(app, argc, argv, f, "k3-expert-fetcher", kService);
 }
 

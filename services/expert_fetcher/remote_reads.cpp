@@ -70,7 +70,7 @@ ReadDone RemoteReads::Deliver(Server& s, const Read& r, std::span<const uint8_t>
   std::memcpy(r.dst, bytes.data(), bytes.size());
   ++s.st.experts;
   s.st.bytes += bytes.size();
-  return {r.tag, r.length, ""};
+  return {r.tag, r.length, "", false, s.st.endpoint};
 }
 
 std::vector<zmq::socket_ref> RemoteReads::sockets() {

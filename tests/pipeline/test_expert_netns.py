@@ -135,7 +135,7 @@ def check(cond, msg):
 
 def run(toml, model, eps, extra, tag, tmp):
     out_json = os.path.join(tmp, tag + ".json")
-    args = [os.path.join(BIN, "k3-launch"), toml, "--model", model, "--ids", IDS, "--gen", str(GEN),
+    args = [os.path.join(BIN, "k3-launch"), toml, "--model", model, "--ids", IDS, "--gen", str(GEN), "--ignore-eos",
             "--expert-slots", str(TOP_K), "--out", out_json]
     for ep in eps:
         args += ["--expert-server", ep]

@@ -74,7 +74,8 @@ class ExpertServersTest(unittest.TestCase):
         return eps
 
     def args(self, gen, eps, out_json):
-        a = [os.path.join(BIN, "k3-launch"), self.toml, "--ids", IDS, "--gen", str(gen), "--expert-slots", SLOTS,
+        # --ignore-eos: the long runs must read experts to the end, past any end id the model emits.
+        a = [os.path.join(BIN, "k3-launch"), self.toml, "--ids", IDS, "--gen", str(gen), "--ignore-eos", "--expert-slots", SLOTS,
              "--out", out_json]
         for ep in eps:
             a += ["--expert-server", ep]

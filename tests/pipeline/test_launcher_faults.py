@@ -103,7 +103,7 @@ class LauncherFaults(unittest.TestCase):
         port = free_port()  # nobody listens there
         toml = os.path.join(self.tmp, "silent.toml")
         with open(toml, "w") as f:
-            f.write('model = "%s"\nbudget = "2G"\ngen = 4\nexpert_server_timeout = 1.0\n' % DEMO_MODEL)
+            f.write('model = "%s"\nbudget = "2G"\ngen = 4\nexpert_server_timeout = 1.0\nno_verify = true\n' % DEMO_MODEL)
         p = subprocess.Popen([os.path.join(BIN, "k3-launch"), toml, "--ids", IDS, "--expert-server",
                               "tcp://127.0.0.1:%d" % port], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _, err = p.communicate(timeout=TIMEOUT)

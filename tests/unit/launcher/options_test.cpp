@@ -106,6 +106,23 @@ TEST(Toml, StateFileKeys) {
   }
 }
 
+// The expert manifest's keys (docs/formats.md "Expert manifest"): a path relative to the
+// TOML's directory, and a boolean.
+TEST(Toml, ManifestAndNoVerify) {
+  LaunchOptions o;
+  EXPECT_TRUE(o.manifest.empty());
+  EXPECT_FALSE(o.no_verify);
+  ASSERT_EQ(Toml("manifest = \"m/k3-manifest.json\"\nno_verify = true\n", o).first, 0);
+  EXPECT_EQ(o.manifest, "/etc/k3/m/k3-manifest.json");
+  EXPECT_TRUE(o.no_verify);
+  for (const char* bad : {"no_verify = 1\n", "no_verify = \"yes\"\n", "manifest = 3\n"}) {
+    LaunchOptions p;
+    const auto [code, msg] = Toml(bad, p);
+    EXPECT_EQ(code, kExitUsage) << bad;
+    EXPECT_NE(msg.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos) << msg;
+  }
+}
+
 TEST(Toml, SyntaxErrorNamesTheLine) {
   LaunchOptions o;
   const auto [code, msg] = Toml("gen = 4\nmodel = \"unterminated\n", o);
