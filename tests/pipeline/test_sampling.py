@@ -109,8 +109,13 @@ class SamplingTest(unittest.TestCase):
         try:
             self.assertIn("serving on", server.stderr.readline())
             # The server's frames in flight raise the floor; a generous budget holds them.
+            # Verified against a manifest written here (k3-model digest), as a user would run it.
+            manifest = os.path.join(tempfile.mkdtemp(prefix="k3-sampling-"), "k3-manifest.json")
+            subprocess.run([os.path.join(tp.BIN, "k3-model"), "digest", tp.MODEL,
+                            "--out", manifest], check=True, capture_output=True, timeout=120)
             rep, err = self.launch(self.base.budgets["pinned"] * 2, SAMPLED + ["--seed", "11", "--expert-server",
-                                                                              "tcp://127.0.0.1:%d" % port])
+                                                                              "tcp://127.0.0.1:%d" % port,
+                                                                              "--manifest", manifest])
             self.assertIn("routed experts come from the expert server", err)
             self.assertEqual(rep["generated_ids"], self.sampled)
         finally:
