@@ -165,6 +165,27 @@ class ExpertAuthTest(unittest.TestCase):
         finally:
             self.stop_server(p)
 
+    def test_a_refusing_server_among_several_is_dropped(self):
+        # Two servers, one key for both; the second does not allow this client: it is dropped at
+        # once and the first serves every expert, with the standalone ids.
+        port, port2 = free_port(), free_port()
+        good = self.start_server(port)
+        other = subprocess.Popen([server_bin(), "--model", tp.MODEL, "--bind", "tcp://127.0.0.1:%d" % port2,
+                                  "--key", self.key("server_secret"), "--allow", self.key("stranger")],
+                                 stderr=subprocess.PIPE, text=True)
+        self.assertIn("serving on", other.stderr.readline())
+        try:
+            rc, out, err = self.launch(port, ["--expert-server", "tcp://127.0.0.1:%d" % port2,
+                                              "--expert-server-key", self.key("server"),
+                                              "--client-key", self.key("client_secret")],
+                                       budget=self.base.budgets["stream"] + self.extra)  # frames of two servers
+            self.assertEqual(rc, 0, err[-3000:])
+            self.assertEqual([int(x) for x in out.split()], self.expected)
+            self.assertRegex(err, r"expert server tcp://127.0.0.1:%d refused this client .*dropped" % port2)
+        finally:
+            self.stop_server(good)
+            self.stop_server(other)
+
     def test_public_bind_needs_a_key(self):
         port = free_port()
         for bind in ("tcp://*:%d" % port, "tcp://0.0.0.0:%d" % port):
