@@ -14,6 +14,7 @@ Environment: K3_TESTDATA, K3_BIN (as test_pipeline.py).
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -110,7 +111,9 @@ class SamplingTest(unittest.TestCase):
             self.assertIn("serving on", server.stderr.readline())
             # The server's frames in flight raise the floor; a generous budget holds them.
             # Verified against a manifest written here (k3-model digest), as a user would run it.
-            manifest = os.path.join(tempfile.mkdtemp(prefix="k3-sampling-"), "k3-manifest.json")
+            tmp = tempfile.mkdtemp(prefix="k3-sampling-")
+            self.addCleanup(shutil.rmtree, tmp, True)
+            manifest = os.path.join(tmp, "k3-manifest.json")
             subprocess.run([os.path.join(tp.BIN, "k3-model"), "digest", tp.MODEL,
                             "--out", manifest], check=True, capture_output=True, timeout=120)
             rep, err = self.launch(self.base.budgets["pinned"] * 2, SAMPLED + ["--seed", "11", "--expert-server",
