@@ -18,6 +18,11 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
   std::vector<float> logits(static_cast<size_t>(V));
   std::vector<float> chunk_logits;
 
+  // A Cancel seen between two prompt chunks (a chunk boundary is a safe point): the ids fed
+  // so far stay in the sequence, the rest of the prompt is dropped.
+  struct PromptCancelled {
+    int64_t fed;
+  };
   // Feeds `ids` in chunks from the current state; leaves the last position's logits.
   auto prefill = [&](const std::vector<int32_t>& ids, bool first_pass) {
     const int64_t n = static_cast<int64_t>(ids.size());
@@ -32,6 +37,7 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
         fwd.Run(ids.data() + s, T, false, logits.data(), nullptr);
       }
       if (first_pass && hooks.on_prefill_progress) hooks.on_prefill_progress(s + T, n);
+      if (first_pass && s + T < n && hooks.cancelled && hooks.cancelled()) throw PromptCancelled{s + T};
     }
   };
 
@@ -44,6 +50,11 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
   } catch (const StopAtSafePoint&) {
     r.prefill_seconds = since(t0);
     r.ending = Ending::kInterrupted;
+    return r;
+  } catch (const PromptCancelled& c) {
+    r.prefill_seconds = since(t0);
+    r.ending = Ending::kCancelled;
+    r.full.resize(static_cast<size_t>(c.fed));
     return r;
   }
   r.prefill_seconds = since(t0);

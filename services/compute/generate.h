@@ -37,8 +37,9 @@ struct GreedyHooks {
   // Asked between tokens (the forward pass asks between layers through Forward::SetStopCheck);
   // true ends the request at that point with what was generated so far.
   std::function<bool()> should_stop;
-  // Asked between tokens after should_stop: true ends the request (Ending::kCancelled) with
-  // what was generated so far (compute: a Cancel for this request arrived).
+  // Asked between tokens after should_stop, and between prompt chunks: true ends the request
+  // (Ending::kCancelled) with what was generated so far (compute: a Cancel for this request
+  // arrived). Between prompt chunks, GreedyResult.full keeps only the prompt ids fed.
   std::function<bool()> cancelled;
 };
 

@@ -81,6 +81,22 @@ TEST_F(Greedy, CancelBetweenTokensKeepsThePrefix) {
   EXPECT_TRUE(std::equal(r.generated.begin(), r.generated.end(), full.generated.begin()));
 }
 
+// A Cancel between two prompt chunks ends the request there: the ids fed so far stay in the
+// sequence (the forward state holds exactly them), the rest of the prompt is dropped.
+TEST_F(Greedy, CancelBetweenPromptChunksKeepsWhatWasFed) {
+  GreedyParams p = params_;
+  p.prefill_chunk = 3;  // 8 prompt ids: chunks of 3, 3, 2, asked after the first two
+  GreedyHooks h;
+  int asked = 0;
+  h.cancelled = [&] { return ++asked == 2; };
+  const GreedyResult r = Run(p, h);
+  EXPECT_EQ(r.ending, Ending::kCancelled);
+  EXPECT_FALSE(r.prefill_done);
+  EXPECT_TRUE(r.generated.empty());
+  EXPECT_EQ(r.full, std::vector<int32_t>(params_.ids.begin(), params_.ids.begin() + 6));
+  EXPECT_EQ(fwd_->position(), 6);
+}
+
 TEST_F(Greedy, StopBetweenTokensKeepsThePrefix) {
   const GreedyResult full = Run(params_);
   GreedyHooks h;
