@@ -152,7 +152,10 @@ class ExpertServerBoundsTest(unittest.TestCase):
             for what, peak in peaks.items():
                 print("server peak RSS after %s: %.1f MiB (start %.1f MiB, bound %.1f MiB)"
                       % (what, peak / MIB, start / MIB, bound / MIB), file=sys.stderr)
-                self.assertLessEqual(peak, bound, "server peak RSS after %s" % what)
+                # ASan's shadow memory and its quarantine of freed blocks are not the server's: in a
+                # sanitizer build the floods still run and are answered, the bound is not checked.
+                if os.environ.get("K3_SANITIZED") != "1":
+                    self.assertLessEqual(peak, bound, "server peak RSS after %s" % what)
 
             # The server still serves a legit client with the standalone ids.
             p = subprocess.run([os.path.join(tp.BIN, "k3-launch"), self.base.toml, "--budget",
