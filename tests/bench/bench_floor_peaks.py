@@ -45,8 +45,8 @@ def status(pid):
                 k, _, v = line.partition(":")
                 if k in ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem"):
                     out[k] = int(v.split()[0]) * 1024
-        with open("/proc/%d/comm" % pid) as f:
-            out["comm"] = f.read().strip()
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            out["comm"] = os.path.basename(f.read().split(b"\0")[0].decode() or "?")
     except OSError:
         return None
     return out
@@ -161,17 +161,17 @@ def main():
             "k3-compute": plan.get("kda-state", 0) + plan.get("mla-cache", 0) + plan.get("scratch", 0) +
             plan.get("spec-rollback", 0) + share,
             "k3-tokenizer": plan.get("tables", 0) + share,
-            "k3-trunk-reade": share,
-            "k3-expert-fetc": share,
+            "k3-trunk-reader": share,
+            "k3-expert-fetcher": share,
         }
         print("budget %d (%.1f MiB), plan regions:" % (budget, budget / MIB))
         for k, v in plan.items():
             print("  %-17s %10.1f MiB" % (k, v / MIB))
-        print("%-16s %9s %9s %9s %9s %9s %11s" % ("process", "anon", "file", "private", "shmem", "VmHWM",
+        print("%-18s %9s %9s %9s %9s %9s %11s" % ("process", "anon", "file", "private", "shmem", "VmHWM",
                                                  "plan est."))
         for (comm, pid), pk in sorted(peaks.items()):
             est = estimate.get(comm)
-            print("%-16s %9.1f %9.1f %9.1f %9.1f %9.1f %11s" % (
+            print("%-18s %9.1f %9.1f %9.1f %9.1f %9.1f %11s" % (
                 comm, pk["RssAnon"] / MIB, pk["RssFile"] / MIB, pk["private"] / MIB, pk["RssShmem"] / MIB,
                 pk["VmHWM"] / MIB, "%.1f" % (est / MIB) if est is not None else "-"))
         print("(MiB; peaks sampled every 10 ms; private = RssAnon + RssFile)")
