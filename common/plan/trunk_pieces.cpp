@@ -16,6 +16,44 @@ int64_t RowsThatFit(int64_t room, int64_t row_bytes) { return room > kPage ? (ro
 
 }  // namespace
 
+std::vector<UseEntry> LayerUseOrder(const ModelConfig& cfg, int layer) {
+  using R = TensorRole;
+  const std::vector<R> all = LayerTrunkRoles(cfg, layer);  // also checks the layer index
+  const bool kda = cfg.layer_kind.at(static_cast<size_t>(layer)) == MixerKind::KDA;
+  const bool dense = cfg.is_dense(layer);
+  std::vector<UseEntry> out;
+  auto atomic = [&](std::initializer_list<R> roles) {
+    for (R r : roles) out.push_back({r, false});
+  };
+  auto rows = [&](std::initializer_list<R> roles) {
+    for (R r : roles) out.push_back({r, true});
+  };
+  atomic({R::kInputLayernorm, R::kPostAttentionLayernorm, R::kSelfAttentionResNorm, R::kSelfAttentionResProj,
+          R::kMlpResNorm, R::kMlpResProj});
+  if (kda) atomic({R::kKdaQConv1d, R::kKdaKConv1d, R::kKdaVConv1d, R::kKdaALog, R::kKdaDtBias, R::kKdaONorm});
+  else atomic({R::kMlaQALayernorm, R::kMlaKvALayernorm});
+  if (!dense) atomic({R::kMoeGateBias, R::kMoeLatentNorm});
+  if (kda) {
+    rows({R::kKdaQProj, R::kKdaKProj, R::kKdaVProj, R::kKdaBProj, R::kKdaFAProj, R::kKdaFBProj, R::kKdaGProj,
+          R::kKdaOProj});
+  } else {
+    rows({R::kMlaQAProj, R::kMlaQBProj, R::kMlaKvAProjWithMqa, R::kMlaGProj});
+    atomic({R::kMlaKvBProj});
+    rows({R::kMlaOProj});
+  }
+  if (dense) {
+    rows({R::kDenseGateProj, R::kDenseUpProj, R::kDenseDownProj});
+  } else {
+    rows({R::kMoeGate, R::kMoeLatentDown});
+    if (cfg.num_shared_experts > 0) rows({R::kSharedGateProj, R::kSharedUpProj, R::kSharedDownProj});
+    rows({R::kMoeLatentUp});
+  }
+  if (out.size() != all.size())  // a role added to LayerTrunkRoles must get a place here
+    throw RuntimeFailure("trunk pieces: layer " + std::to_string(layer) + " use order has " +
+                         std::to_string(out.size()) + " tensors, the trunk " + std::to_string(all.size()));
+  return out;
+}
+
 int64_t PieceRunSlotBytes(const std::vector<PieceTensor>& tensors, const PieceRun& r) {
   return WidenedBytes(r.rows * tensors.at(static_cast<size_t>(r.tensor)).row_bytes);
 }

@@ -10,7 +10,25 @@
 #include <string>
 #include <vector>
 
+#include "common/model_config.h"
+#include "common/tensor_names.h"
+
 namespace k3::plan {
+
+// One trunk tensor of a layer in the order the forward pass uses it (services/compute:
+// BindLayer, kda.cpp, mla.cpp, ffn.cpp). `splittable`: only kern::Matmul reads it, so it may
+// arrive in row blocks; the others are atomic (vectors widened at bind time, the conv taps,
+// and MLA's kv_b, which MatmulTransposedRows reads per head).
+struct UseEntry {
+  TensorRole role;
+  bool splittable = false;
+};
+
+// The small atomic tensors first (compute copies them out at bind), then the mixer's
+// matrices (KDA q k v b f_a f_b g, o; MLA q_a q_b kv_a g kv_b, o), then the FFN (dense
+// gate up down; MoE router, latent down, shared gate up down, latent up). A permutation of
+// LayerTrunkRoles(cfg, layer).
+std::vector<UseEntry> LayerUseOrder(const ModelConfig& cfg, int layer);
 
 // One tensor of a layer, in the order compute uses it.
 struct PieceTensor {

@@ -18,24 +18,22 @@
 namespace k3::plan {
 namespace {
 
-// The release layer's tensors from config + release dtypes, in LayerTrunkRoles order, packed
-// back to back. Splittable: every 2-D matrix except MLA's kv_b (read per head by
-// MatmulTransposedRows); vectors and the conv taps are atomic.
+// The release layer's tensors from config + release dtypes in LayerUseOrder, packed back to
+// back (offsets do not matter to LayerPieces).
 std::vector<PieceTensor> ReleaseLayer(const ModelConfig& cfg, int layer, int64_t* run_bytes) {
   std::vector<PieceTensor> out;
   int64_t at = 0;
-  for (TensorRole r : LayerTrunkRoles(cfg, layer)) {
-    const std::vector<int64_t> shape = ExpectedShape(cfg, r);
+  for (const UseEntry& e : LayerUseOrder(cfg, layer)) {
+    const std::vector<int64_t> shape = ExpectedShape(cfg, e.role);
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
-    const int64_t bytes = numel * DTypeSize(ReleaseDType(r));
+    const int64_t bytes = numel * DTypeSize(ReleaseDType(e.role));
     PieceTensor t;
-    t.name = LayerTensorName(layer, r);
+    t.name = LayerTensorName(layer, e.role);
     t.offset = at;
-    const bool matrix = shape.size() == 2 && shape[0] > 1 && r != TensorRole::kMlaKvBProj;
-    t.rows = matrix ? shape[0] : 1;
+    t.rows = e.splittable ? shape[0] : 1;
     t.row_bytes = bytes / t.rows;
-    t.splittable = matrix;
+    t.splittable = e.splittable;
     out.push_back(t);
     at += bytes;
   }
@@ -85,6 +83,31 @@ void CheckPieces(const std::vector<PieceTensor>& t, int64_t run_bytes, int64_t s
   }
   EXPECT_EQ(tensor, t.size() - 1);
   EXPECT_EQ(next_row, t.back().rows);
+}
+
+TEST(TrunkPieces, UseOrderIsAPermutationWithSmallTensorsFirst) {
+  const ModelConfig cfg = Release();
+  for (int layer = 0; layer < cfg.num_layers; ++layer) {
+    SCOPED_TRACE("layer " + std::to_string(layer));
+    const auto order = LayerUseOrder(cfg, layer);
+    std::vector<TensorRole> roles = LayerTrunkRoles(cfg, layer), used;
+    for (const UseEntry& e : order) used.push_back(e.role);
+    std::sort(roles.begin(), roles.end());
+    std::sort(used.begin(), used.end());
+    EXPECT_EQ(used, roles);
+    bool seen_matrix = false;
+    for (const UseEntry& e : order) {
+      const std::vector<int64_t> shape = ExpectedShape(cfg, e.role);
+      // Row blocks only for matrices of more than one row that only kern::Matmul reads:
+      // everything 2-D except the [1][H] res projections and MLA's kv_b (per-head reads).
+      const bool matrix = shape.size() == 2 && shape[0] > 1 && e.role != TensorRole::kMlaKvBProj;
+      EXPECT_EQ(e.splittable, matrix) << LayerTensorName(layer, e.role);
+      if (e.splittable) seen_matrix = true;
+      if (!e.splittable && e.role != TensorRole::kMlaKvBProj) {
+        EXPECT_FALSE(seen_matrix) << LayerTensorName(layer, e.role) << " comes after a matrix";
+      }
+    }
+  }
 }
 
 TEST(TrunkPieces, ReleaseLayersAtManySlotSizes) {
