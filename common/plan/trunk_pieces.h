@@ -1,0 +1,70 @@
+// Trunk pieces (docs/trunk-pieces.md, issue 16): how one streamed layer is cut into pieces
+// that each fit one trunk-ring slot. A piece is a list of runs read into one slot; a run is
+// whole rows of one tensor, never a column block, so every output of a row-wise matrix product
+// is the same dot product whatever piece its row arrives in (kernels/matmul.h determinism
+// contract). Pure: the plan, the launcher, the trunk reader and compute are meant to share it.
+//
+// Not yet used by the pipeline: this is the first step of the design (its §9).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/tensor_names.h"
+
+namespace k3::plan {
+
+// One trunk tensor of a layer in the order the forward pass uses it (services/compute:
+// BindLayer, kda.cpp, mla.cpp, ffn.cpp). `splittable`: only kern::Matmul reads it, so it may
+// arrive in row blocks; the others are atomic (vectors widened at bind time, the conv taps,
+// and MLA's kv_b, which MatmulTransposedRows reads per head).
+struct UseEntry {
+  TensorRole role;
+  bool splittable = false;
+};
+
+// The small atomic tensors first (compute copies them out at bind), then the mixer's
+// matrices (KDA q k v b f_a f_b g, o; MLA q_a q_b kv_a g kv_b, o), then the FFN (dense
+// gate up down; MoE router, latent down, shared gate up down, latent up). A permutation of
+// LayerTrunkRoles(cfg, layer).
+std::vector<UseEntry> LayerUseOrder(const ModelConfig& cfg, int layer);
+
+// One tensor of a layer, in the order compute uses it.
+struct PieceTensor {
+  std::string name;
+  int64_t offset = 0;      // file offset of its first byte
+  int64_t rows = 1;        // rows (1 for a vector)
+  int64_t row_bytes = 0;   // bytes of one row
+  bool splittable = false; // only row-wise matrix products read it: may be cut into row blocks
+  int64_t bytes() const { return rows * row_bytes; }
+};
+
+// Rows [row0, row0 + rows) of tensor `tensor` (an index into the input list).
+struct PieceRun {
+  int tensor = 0;
+  int64_t row0 = 0;
+  int64_t rows = 0;
+};
+
+struct Piece {
+  std::vector<PieceRun> runs;  // consumed in this order
+  bool whole_run = false;      // the layer's whole [min, max) run in one read (today's slot)
+};
+
+// The slot bytes run `r` takes: its bytes read widened to 4096 bounds, at an aligned offset.
+int64_t PieceRunSlotBytes(const std::vector<PieceTensor>& tensors, const PieceRun& r);
+
+// The smallest slot LayerPieces accepts: one widened row of every splittable tensor and every
+// atomic tensor whole, widened.
+int64_t MinPieceSlot(const std::vector<PieceTensor>& tensors);
+
+// Cuts a layer into pieces for slots of `slot_bytes`. `run_bytes` is the layer's whole
+// [min offset, max end) run: when its widened size fits a slot, the layer is one piece with
+// whole_run (exactly today's read). Otherwise runs are packed in use order: a tensor joins the
+// current piece while it fits, an atomic one that does not fit starts a new piece, and a
+// splittable one fills the current piece with as many rows as fit and continues in new
+// pieces. Throws k3::Error(kExitUsage) when slot_bytes < MinPieceSlot(tensors).
+std::vector<Piece> LayerPieces(const std::vector<PieceTensor>& tensors, int64_t run_bytes, int64_t slot_bytes);
+
+}  // namespace k3::plan
