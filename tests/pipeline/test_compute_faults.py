@@ -121,7 +121,7 @@ class ComputeFaults(unittest.TestCase):
     # ------------------------------------------------------------------ fault 4
 
     def test_sigint_to_launcher_stops_compute_within_1s_with_stats(self):
-        p, out, err = self.launch("--gen", "100000", env=env_for_ptrace())  # compute gets traced
+        p, out, err = self.launch("--gen", "100000", "--ignore-eos", env=env_for_ptrace())  # compute gets traced
         try:
             compute = service_pid(p.pid, "k3-compute")
             self.assertTrue(out.wait_for(lambda ls: len(ls) >= 5, 120), "no tokens: " + "".join(err.lines))
@@ -149,7 +149,7 @@ class ComputeFaults(unittest.TestCase):
     def standalone_stop(self, sig):
         report = os.path.join(self.tmp, "standalone-%d.json" % sig)
         p = subprocess.Popen([os.path.join(BIN, "k3-compute"), "--standalone", MODEL, "--ids", IDS,
-                              "--gen", "100000", "--threads", "1", "--out", report],
+                              "--gen", "100000", "--ignore-eos", "--threads", "1", "--out", report],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = LineReader(p.stdout), LineReader(p.stderr)
         try:
@@ -201,7 +201,7 @@ class ComputeFaults(unittest.TestCase):
     def test_compute_gives_up_when_another_client_keeps_every_expert_slot(self):
         self.assertTrue(HOG and os.path.exists(HOG), "K3_SLOT_HOG not set")
         # The plan's floor: fewer expert slots than experts, so compute needs slots freed.
-        p, out, err = self.launch("--gen", "100000", "--budget", str(self.floor_budget()))
+        p, out, err = self.launch("--gen", "100000", "--ignore-eos", "--budget", str(self.floor_budget()))
         hog = None
         try:
             fetcher = service_pid(p.pid, "k3-expert-fetcher")

@@ -119,7 +119,7 @@ class LauncherFaults(unittest.TestCase):
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             with self.subTest(signal=sig.name):
                 out_json = os.path.join(self.tmp, "interrupted-%s.json" % sig.name)
-                p = subprocess.Popen(launch_cmd("--ids", IDS, "--gen", "100000", "--out", out_json),
+                p = subprocess.Popen(launch_cmd("--ids", IDS, "--gen", "100000", "--ignore-eos", "--out", out_json),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for _ in range(3):  # generation is under way
                     self.assertTrue(p.stdout.readline().strip().isdigit())
@@ -147,7 +147,7 @@ class LauncherFaults(unittest.TestCase):
     def test_closed_stdout_ends_quietly(self):
         # `k3-launch ... | head -2`: the reader goes away after two ids.
         out_json = os.path.join(self.tmp, "head.json")
-        p = subprocess.Popen(launch_cmd("--ids", IDS, "--gen", "200", "--out", out_json), stdout=subprocess.PIPE,
+        p = subprocess.Popen(launch_cmd("--ids", IDS, "--gen", "200", "--ignore-eos", "--out", out_json), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         lines = [p.stdout.readline(), p.stdout.readline()]
         self.assertTrue(all(l.strip().isdigit() for l in lines), lines)

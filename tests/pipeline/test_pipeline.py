@@ -183,7 +183,7 @@ class PipelineTest(unittest.TestCase):
         self.kill_mid_run("k3-expert-fetcher", budget=self.hint_budgets()[0])
 
     def test_kill_compute_ends_run(self):
-        p = self.launch(self.budgets["stream"], extra=["--gen", "400"])
+        p = self.launch(self.budgets["stream"], extra=["--gen", "400", "--ignore-eos"])
         victim = service_pid(p.pid, "k3-compute")
         self.assertTrue(p.stdout.readline().strip())  # generation is under way
         os.kill(victim, signal.SIGKILL)
@@ -193,7 +193,7 @@ class PipelineTest(unittest.TestCase):
         self.assertIn("compute killed by signal 9", err)
 
     def test_sigterm_stops_cleanly(self):
-        p = self.launch(self.budgets["stream"], extra=["--gen", "200"])
+        p = self.launch(self.budgets["stream"], extra=["--gen", "200", "--ignore-eos"])
         service_pid(p.pid, "k3-compute")
         line = p.stdout.readline()  # generation is under way
         self.assertTrue(line.strip())
