@@ -211,7 +211,18 @@ struct StateDone {
   std::string extra;  // bytes
   bool operator==(const StateDone&) const = default;
 };
-using Message = std::variant<Generate, Token, Done, Cancel, StateOp, StateDone>;
+struct Step {
+  int32_t sequences = 0;
+  int32_t rows = 0;
+  int32_t prefill_rows = 0;
+  double seconds = 0;
+  int32_t experts = 0;
+  int64_t trunk_bytes = 0;
+  int64_t expert_bytes = 0;
+  std::vector<uint64_t> request_ids;
+  bool operator==(const Step&) const = default;
+};
+using Message = std::variant<Generate, Token, Done, Cancel, StateOp, StateDone, Step>;
 }  // namespace compute
 
 // A plain Token (no logprobs), for senders and tests that need no more.

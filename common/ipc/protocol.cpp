@@ -409,6 +409,15 @@ Encoded Encode(const compute::StateDone& m) {
   return Finish(fbb, Protocol::kCompute, fbp::Message::StateDone);
 }
 
+Encoded Encode(const compute::Step& m) {
+  FlatBufferBuilder fbb(96 + 8 * m.request_ids.size());
+  auto ids = fbb.CreateVector(m.request_ids);
+  auto msg = fbp::CreateStep(fbb, m.sequences, m.rows, m.prefill_rows, m.seconds, m.experts, m.trunk_bytes,
+                             m.expert_bytes, ids);
+  fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Step, msg.Union()));
+  return Finish(fbb, Protocol::kCompute, fbp::Message::Step);
+}
+
 Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<const uint8_t> payload) {
   using R = Result<compute::Message>;
   return DecodeWith<fbp::Envelope, compute::Message>(
@@ -467,6 +476,11 @@ Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<
             const auto* m = e->message_as_StateDone();
             return R::Ok(compute::StateDone{m->request_id(), m->ok(), Str(m->error()), m->position(),
                                             Vec(m->ids()), Bytes(m->extra())});
+          }
+          case fbp::Message::Step: {
+            const auto* m = e->message_as_Step();
+            return R::Ok(compute::Step{m->sequences(), m->rows(), m->prefill_rows(), m->seconds(), m->experts(),
+                                       m->trunk_bytes(), m->expert_bytes(), Vec(m->request_ids())});
           }
           default:
             return R::Fail("unknown compute message type");

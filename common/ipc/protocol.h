@@ -69,6 +69,7 @@ Encoded Encode(const compute::Done& m);
 Encoded Encode(const compute::Cancel& m);
 Encoded Encode(const compute::StateOp& m);
 Encoded Encode(const compute::StateDone& m);
+Encoded Encode(const compute::Step& m);
 Encoded Encode(const tokenizer::Encode& m);
 Encoded Encode(const tokenizer::EncodedIds& m);
 Encoded Encode(const tokenizer::Decode& m);

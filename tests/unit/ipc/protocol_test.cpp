@@ -89,6 +89,7 @@ TEST(Protocol, ComputeRoundTrip) {
             DecodeCompute, "compute.StateOp");
   RoundTrip(compute::StateDone{3, false, "not a k3 state file", 11, {1, 2, 3}, "history"}, DecodeCompute,
             "compute.StateDone");
+  RoundTrip(compute::Step{3, 67, 64, 0.5, 40, int64_t{5} << 33, 123456789, {7, 9, 11}}, DecodeCompute, "compute.Step");
 }
 
 TEST(Protocol, EveryTruncationRejected) {
