@@ -181,6 +181,7 @@ struct RunStats {
   double nll_sum = 0;
   int32_t spec_drafted = 0;
   int32_t spec_accepted = 0;
+  int32_t cached_tokens = 0;
   bool operator==(const RunStats&) const = default;
 };
 enum class StopReason : uint8_t { kLength = 0, kStopId = 1, kInterrupted = 2, kCancelled = 3 };

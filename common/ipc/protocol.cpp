@@ -380,7 +380,7 @@ Encoded Encode(const compute::Done& m) {
   const auto& s = m.stats;
   auto stats = fbp::CreateRunStats(fbb, s.prompt_tokens, s.generated_tokens, s.prefill_seconds,
                                    s.seconds_per_token, s.position, s.scored_tokens, s.nll_sum, s.spec_drafted,
-                                   s.spec_accepted);
+                                   s.spec_accepted, s.cached_tokens);
   auto msg = fbp::CreateDone(fbb, m.request_id, stats, static_cast<fbp::StopReason>(m.reason));
   fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Done, msg.Union()));
   return Finish(fbb, Protocol::kCompute, fbp::Message::Done);
@@ -460,7 +460,7 @@ Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<
             if (const auto* s = m->stats()) {
               d.stats = {s->prompt_tokens(), s->generated_tokens(), s->prefill_seconds(), s->seconds_per_token(),
                          s->position(),      s->scored_tokens(),    s->nll_sum(),         s->spec_drafted(),
-                         s->spec_accepted()};
+                         s->spec_accepted(),  s->cached_tokens()};
             }
             return R::Ok(d);
           }

@@ -82,7 +82,7 @@ TEST(Protocol, ComputeRoundTrip) {
   g.spec = 4;
   RoundTrip(g, DecodeCompute, "compute.Generate");
   RoundTrip(compute::Token{2, 9, 3, -0.125f, {{9, -0.125f}, {4, -2.5f}}}, DecodeCompute, "compute.Token");
-  RoundTrip(compute::Done{2, {3, 8, 1.5, 0.25, 11, 2, 3.75, 12, 9}, compute::StopReason::kCancelled}, DecodeCompute,
+  RoundTrip(compute::Done{2, {3, 8, 1.5, 0.25, 11, 2, 3.75, 12, 9, 6}, compute::StopReason::kCancelled}, DecodeCompute,
             "compute.Done");
   RoundTrip(compute::Cancel{2}, DecodeCompute, "compute.Cancel");
   RoundTrip(compute::StateOp{3, compute::StateAction::kLoad, "/tmp/a\xff.k3state", std::string("h\0i", 3)},
