@@ -113,4 +113,40 @@ std::vector<Piece> LayerPieces(const std::vector<PieceTensor>& tensors, int64_t 
   return out;
 }
 
+std::vector<PieceTensor> LayerPieceTensors(const Checkpoint& ck, const ModelConfig& cfg, int layer) {
+  std::vector<PieceTensor> out;
+  for (const UseEntry& e : LayerUseOrder(cfg, layer)) {
+    const std::string name = LayerTensorName(layer, e.role);
+    const TensorInfo& t = ck.at(name);
+    PieceTensor p;
+    p.name = name;
+    p.offset = t.file_offset;
+    p.splittable = e.splittable && !t.shape.empty() && t.shape[0] > 1;
+    p.rows = p.splittable ? t.shape[0] : 1;
+    p.row_bytes = t.nbytes / p.rows;
+    if (p.rows * p.row_bytes != t.nbytes)
+      throw BadModel("tensor " + name + ": " + std::to_string(t.nbytes) + " bytes are not whole rows");
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<RunPlacement> PiecePlacements(const std::vector<PieceTensor>& tensors, const Piece& piece) {
+  std::vector<RunPlacement> out;
+  int64_t at = 0;
+  for (const PieceRun& r : piece.runs) {
+    const PieceTensor& t = tensors.at(static_cast<size_t>(r.tensor));
+    out.push_back({t.offset + r.row0 * t.row_bytes, r.rows * t.row_bytes, at});
+    at += PieceRunSlotBytes(tensors, r);
+  }
+  return out;
+}
+
+int64_t PieceSlotBytes(const std::vector<PieceTensor>& tensors, const Piece& piece, int64_t run_bytes) {
+  if (piece.whole_run) return WidenedBytes(run_bytes);
+  int64_t n = 0;
+  for (const PieceRun& r : piece.runs) n += PieceRunSlotBytes(tensors, r);
+  return n;
+}
+
 }  // namespace k3::plan
