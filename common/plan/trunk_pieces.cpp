@@ -131,6 +131,35 @@ std::vector<PieceTensor> LayerPieceTensors(const Checkpoint& ck, const ModelConf
   return out;
 }
 
+std::vector<PieceTensor> ReleasePieceTensors(const ModelConfig& cfg, int layer) {
+  std::vector<PieceTensor> out;
+  for (const UseEntry& e : LayerUseOrder(cfg, layer)) {
+    const std::vector<int64_t> shape = ExpectedShape(cfg, e.role);
+    int64_t bytes = DTypeSize(ReleaseDType(e.role));
+    for (int64_t d : shape) bytes *= d;
+    PieceTensor p;
+    p.name = LayerTensorName(layer, e.role);
+    p.splittable = e.splittable && !shape.empty() && shape[0] > 1;
+    p.rows = p.splittable ? shape[0] : 1;
+    p.row_bytes = std::max<int64_t>(bytes / p.rows, 1);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+int64_t TrunkSlotBytes(int64_t widest_streamed, int64_t min_piece, int64_t trunk_piece) {
+  if (widest_streamed <= 0) return 0;
+  if (trunk_piece == kTrunkPieceLayer) return widest_streamed;
+  return std::min(widest_streamed, std::max(AlignUp(trunk_piece), min_piece));
+}
+
+int TrunkRingSlots(int64_t slot, int64_t widest_streamed, int64_t read_ahead, int ring_slots) {
+  if (ring_slots > 0) return ring_slots;
+  if (slot <= 0 || slot >= widest_streamed) return 2;
+  const int64_t ahead = (std::max<int64_t>(read_ahead, 0) + slot - 1) / slot;
+  return static_cast<int>(std::clamp<int64_t>(1 + ahead, 2, 1024));
+}
+
 std::vector<RunPlacement> PiecePlacements(const std::vector<PieceTensor>& tensors, const Piece& piece) {
   std::vector<RunPlacement> out;
   int64_t at = 0;

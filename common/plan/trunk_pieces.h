@@ -15,6 +15,23 @@
 
 namespace k3::plan {
 
+// Ring slot size for streamed layers (docs/trunk-pieces.md §5), the plan's default and its
+// TOML/flag override (trunk_piece, --trunk-piece). A working assumption, not yet measured: the
+// read-rate-vs-piece-size bench fixes the value; this is its one home.
+inline constexpr int64_t kTrunkPieceBytes = 64ll << 20;
+// Bytes the trunk reader keeps read ahead of compute when layers stream in pieces (read_ahead).
+inline constexpr int64_t kTrunkReadAhead = 128ll << 20;
+// trunk_piece = "layer": slots of the largest streamed layer, as before pieces.
+inline constexpr int64_t kTrunkPieceLayer = 0;
+
+// The ring slot: `trunk_piece` (kTrunkPieceLayer: the widest streamed layer), never below the
+// streamed layers' MinPieceSlot `min_piece`, never above the widest streamed layer (all widened
+// bytes). 0 when nothing streams.
+int64_t TrunkSlotBytes(int64_t widest_streamed, int64_t min_piece, int64_t trunk_piece);
+// Ring slots: `ring_slots` when set (> 0); else 2 for whole-layer slots (one computing, one
+// reading), and 1 + ceil(read_ahead / slot) (at least 2) when layers stream in pieces.
+int TrunkRingSlots(int64_t slot, int64_t widest_streamed, int64_t read_ahead, int ring_slots);
+
 // One trunk tensor of a layer in the order the forward pass uses it (services/compute:
 // BindLayer, kda.cpp, mla.cpp, ffn.cpp). `splittable`: only kern::Matmul reads it, so it may
 // arrive in row blocks; the others are atomic (vectors widened at bind time, the conv taps,
@@ -71,6 +88,10 @@ std::vector<Piece> LayerPieces(const std::vector<PieceTensor>& tensors, int64_t 
 // headers: a splittable tensor has shape[0] rows, an atomic one is a single "row" of all its
 // bytes. BadModel when a tensor is missing.
 std::vector<PieceTensor> LayerPieceTensors(const Checkpoint& ck, const ModelConfig& cfg, int layer);
+
+// The same list from the config alone (release shapes and dtypes; offsets 0): what the memory
+// plan sizes slots with when it has no shard headers.
+std::vector<PieceTensor> ReleasePieceTensors(const ModelConfig& cfg, int layer);
 
 // Where one run of a piece sits in its slot. The reader reads the window [wbegin, wbegin +
 // wlength) to slot + slot_offset; the run's first byte is then at slot + slot_offset + lead
