@@ -164,11 +164,11 @@ class BudgetCgroupTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         return r.stdout
 
-    def run_limited(self, budget):
+    def run_limited(self, budget, extra=()):
         """k3-launch in a memory cgroup limited to `budget`; returns (ids, logits, usage, peak)."""
         logits = os.path.join(self.tmp, "logits-%d.f32" % budget)
         launch = [os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(budget), "--ids", IDS,
-                  "--dump-logits", logits]
+                  "--dump-logits", logits] + list(extra)
         with MemoryCgroup(budget) as cg:
             # Only the launcher (and what it spawns) joins the cgroup, before exec.
             wrapper = 'echo $$ > "$0"/cgroup.procs && exec "$@"'
@@ -214,6 +214,27 @@ class BudgetCgroupTest(unittest.TestCase):
 
     def test_floor_streams_and_fits(self):
         self.check(self.floor, True)
+
+    def test_pieced_floor_fits(self):
+        # Ring slots of the smallest piece (docs/trunk-pieces.md): the floor is lower, every
+        # streamed layer arrives in pieces, and the run fits a hard cap equal to that floor.
+        flag = ["--trunk-piece", "4096"]
+        r = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", "1", "--dry-run"] + flag,
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 6, r.stderr)
+        floor = int(r.stderr.split("(")[1].split(" bytes")[0])
+        self.assertLess(floor, self.floor)
+        plan = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(floor), "--dry-run"] + flag,
+                              capture_output=True, text=True, timeout=TIMEOUT).stdout
+        self.assertIn("layers in pieces", plan)
+        ids, logits, usage, peak, err = self.run_limited(floor, flag)
+        self.assertEqual(ids, self.expected, err[-2000:])
+        with open(self.sa_logits, "rb") as f:
+            self.assertEqual(logits, f.read(), "logits differ from standalone (pieces)")
+        self.assertLessEqual(usage, floor)
+        self.assertLessEqual(peak, floor, "private memory + shm arenas exceeded the budget")
+        sys.stderr.write("pieced floor %d (whole-layer floor %d): cgroup max usage %d, sampled peak %d\n"
+                         % (floor, self.floor, usage, peak))
 
     def test_resident_fits(self):
         budget = self.floor

@@ -202,6 +202,38 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual(p.returncode, 5, err)
         self.assertClean(p.pid)
 
+    def test_trunk_pieces_match_standalone(self):
+        # Ring slots smaller than a layer (docs/trunk-pieces.md): every streamed layer arrives in
+        # pieces (row blocks of its matrices), and ids and the first token's logits stay
+        # bit-identical to standalone's, at the pieced floor and with half the trunk pinned.
+        sa_logits = os.path.join(self.tmp, "pieces-standalone.f32")
+        r = subprocess.run([os.path.join(BIN, "k3-compute"), "--standalone", MODEL, "--ids", IDS, "--gen",
+                            str(GEN), "--threads", "1", "--dump-logits", sa_logits],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(sa_logits, "rb") as f:
+            want_logits = f.read()
+        for piece in ("4096", "48K"):
+            flag = ["--trunk-piece", piece]
+            r = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", "1", "--dry-run"] + flag,
+                               capture_output=True, text=True, timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 6, r.stderr)
+            floor = int(r.stderr.split("(")[1].split(" bytes")[0])
+            self.assertLess(floor, self.floor, "smaller slots lower the floor")
+            for budget in (floor, (floor + self.budgets["pinned"]) // 2):
+                with self.subTest(piece=piece, budget=budget):
+                    plan = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(budget),
+                                           "--dry-run"] + flag, capture_output=True, text=True, timeout=TIMEOUT)
+                    self.assertIn("layers in pieces", plan.stdout)
+                    logits = os.path.join(self.tmp, "pieces-%s-%d.f32" % (piece, budget))
+                    p = self.launch(budget, extra=flag + ["--dump-logits", logits])
+                    out, err = self.finish(p)
+                    self.assertClean(p.pid)
+                    self.assertEqual(p.returncode, 0, err[-3000:])
+                    self.assertEqual([int(x) for x in out.split()], self.expected, err[-3000:])
+                    with open(logits, "rb") as f:
+                        self.assertEqual(f.read(), want_logits, "logits differ from standalone")
+
     def test_budget_below_floor_refused(self):
         p = self.launch(self.floor - 1)
         out, err = self.finish(p)
