@@ -153,6 +153,7 @@ GlobalWeights PipelineLayerSource::Globals() {
 
 const LayerWeights& PipelineLayerSource::Acquire(int64_t layer) {
   const int32_t l = static_cast<int32_t>(layer);
+  if (cur_.layer >= 0) EndPieced();  // a pass cut short (stop at a safe point) left a piece held
   if (auto it = pinned_bound_.find(l); it != pinned_bound_.end()) return it->second;
   for (;;) {
     const ipc::weights::LayerReady r = WaitFor(l);
@@ -281,7 +282,6 @@ const plan::PieceRun& PipelineLayerSource::NextRun(int64_t layer, TensorRole rol
 }
 
 const LayerWeights& PipelineLayerSource::BeginPieced(int32_t layer) {
-  EndPieced();  // a pass cut short (stop at a safe point) may have left a piece held
   cur_.layer = layer;
   TakePiece(0);
   // The small group (the atomic tensors at the head of the use order) is copied out: BindLayer
