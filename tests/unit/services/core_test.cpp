@@ -79,7 +79,7 @@ TEST(TrunkPiecesLayout, PiecesCoverExactlyEachLayersTensors) {
       if (pieces.size() == 1 && pieces[0].whole_run) {
         const ReadRun& r = layout.runs[static_cast<size_t>(l)];
         for (auto [b, e] : want) EXPECT_TRUE(b >= static_cast<int64_t>(r.begin) && e <= static_cast<int64_t>(r.end));
-        EXPECT_TRUE(l == 2 || static_cast<int64_t>(r.length()) + 8192 <= slot) << "layer " << l << " fits a slot";
+        EXPECT_TRUE(l == 2 || static_cast<int64_t>(r.length()) + 4096 <= slot) << "layer " << l << " fits a slot";
         continue;
       }
       ++cut_layers;
