@@ -156,7 +156,9 @@ int64_t TrunkSlotBytes(int64_t widest_streamed, int64_t min_piece, int64_t trunk
 int TrunkRingSlots(int64_t slot, int64_t widest_streamed, int64_t read_ahead, int ring_slots) {
   if (ring_slots > 0) return ring_slots;
   if (slot <= 0 || slot >= widest_streamed) return 2;
-  const int64_t ahead = (std::max<int64_t>(read_ahead, 0) + slot - 1) / slot;
+  // Never more read ahead than one whole layer: the whole-layer ring reads no further.
+  const int64_t bytes = std::min(std::max<int64_t>(read_ahead, 0), widest_streamed);
+  const int64_t ahead = (bytes + slot - 1) / slot;
   return static_cast<int>(std::clamp<int64_t>(1 + ahead, 2, 1024));
 }
 

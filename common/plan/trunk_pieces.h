@@ -29,7 +29,8 @@ inline constexpr int64_t kTrunkPieceLayer = 0;
 // bytes). 0 when nothing streams.
 int64_t TrunkSlotBytes(int64_t widest_streamed, int64_t min_piece, int64_t trunk_piece);
 // Ring slots: `ring_slots` when set (> 0); else 2 for whole-layer slots (one computing, one
-// reading), and 1 + ceil(read_ahead / slot) (at least 2) when layers stream in pieces.
+// reading), and 1 + ceil(min(read_ahead, widest_streamed) / slot) (at least 2) when layers
+// stream in pieces: never more read ahead than one whole layer.
 int TrunkRingSlots(int64_t slot, int64_t widest_streamed, int64_t read_ahead, int ring_slots);
 
 // One trunk tensor of a layer in the order the forward pass uses it (services/compute:

@@ -1,8 +1,9 @@
 """The budget is a promise: k3-launch under a hard cgroup-v1 memory limit equal to --budget.
 
 A generated checkpoint with a large vocabulary (lm_head bigger than a ring slot, so it streams
-in several chunks) is run at the plan's floor (embedding rows and lm_head streamed) and at a
-budget that keeps everything resident. For each run:
+in several chunks) is run at the plan's floor (embedding rows and lm_head streamed), at the
+lower floor of the smallest trunk pieces (`--trunk-piece 4096`: every streamed layer in
+pieces, docs/trunk-pieces.md) and at a budget that keeps everything resident. For each run:
 
 - the launcher and everything it spawns live in a fresh memory cgroup whose hard limit is the
   budget (the wrapper shell joins the cgroup, then execs k3-launch); the run must succeed with

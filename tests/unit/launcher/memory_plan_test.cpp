@@ -76,7 +76,8 @@ void CheckInvariants(const PlanModel& m, const MemoryPlan& p, const PlanOptions&
     }
     EXPECT_EQ(p.trunk_pieced, p.ring_slot_bytes < Widened(largest_unpinned));
     if (p.trunk_pieced && o.ring_slots == 0) {
-      EXPECT_GE(p.ring_slots, 1 + (o.read_ahead + p.ring_slot_bytes - 1) / p.ring_slot_bytes);
+      const int64_t ahead = std::min(o.read_ahead, Widened(largest_unpinned));
+      EXPECT_GE(p.ring_slots, 1 + (ahead + p.ring_slot_bytes - 1) / p.ring_slot_bytes);
     }
     EXPECT_GE(p.ring_bytes, p.ring_slots * p.ring_slot_bytes);
     // Largest first: nothing pinned is smaller than something left unpinned.
@@ -137,24 +138,34 @@ TEST(MemoryPlan, TrunkPiecesSizeTheRing) {
   EXPECT_EQ(at_floor.ring_slot_bytes, 16 * kMiB);
   EXPECT_EQ(at_floor.ring_slots, 3);  // one computing + 32 MiB read ahead
   EXPECT_NE(at_floor.Table().find("layers in pieces"), std::string::npos) << at_floor.Table();
-  // Two 90 MiB slots give way to three 16 MiB ones.
-  EXPECT_EQ(floor_whole - floor, MakePlan(m, floor_whole, whole).ring_bytes - at_floor.ring_bytes);
+  // Three 16 MiB slots, nothing pinned, where whole-layer slots need 2 x 41 MiB with the
+  // 90 MiB layer pinned (the cheapest floor then).
+  EXPECT_TRUE(at_floor.pinned_layers.empty());
   EXPECT_LT(floor, floor_whole - 100 * kMiB);
   for (int64_t b = floor; b < floor + 600 * kMiB; b += 7 * kMiB + 12345) CheckInvariants(m, MakePlan(m, b, o), o);
   // A piece never goes below the layers' smallest slot: an atomic tensor of 40 MiB raises it.
   PlanModel atomic = m;
   atomic.min_piece_slot.assign(m.trunk_bytes.size(), 4096);
-  atomic.min_piece_slot[3] = 40 * kMiB;
+  atomic.min_piece_slot[0] = 40 * kMiB;
   const MemoryPlan a = MakePlan(atomic, PlanFloor(atomic, o), o);
+  EXPECT_TRUE(a.pinned_layers.empty());
   EXPECT_EQ(a.ring_slot_bytes, 40 * kMiB);
   EXPECT_GT(PlanFloor(atomic, o), floor);
+  // ... but never above the layer itself: a 25 MiB layer streams through a 25 MiB slot.
+  atomic.min_piece_slot[0] = 4096;
+  atomic.min_piece_slot[3] = 40 * kMiB;
+  EXPECT_EQ(LayerMinPieceSlot(atomic, 3), Widened(25 * kMiB));
   // A slot at least the largest layer is a whole-layer ring: 2 slots, no pieces.
   PlanOptions big = o;
   big.trunk_piece = 1024 * kMiB;
   const MemoryPlan b = MakePlan(m, PlanFloor(m, big), big);
   EXPECT_FALSE(b.trunk_pieced);
   EXPECT_EQ(b.ring_slots, 2);
-  EXPECT_EQ(b.ring_slot_bytes, Widened(90 * kMiB));
+  int64_t largest_unpinned = 0;
+  for (int l = 0; l < m.cfg.num_layers; ++l)
+    if (std::count(b.pinned_layers.begin(), b.pinned_layers.end(), l) == 0)
+      largest_unpinned = std::max(largest_unpinned, m.trunk_bytes[static_cast<size_t>(l)]);
+  EXPECT_EQ(b.ring_slot_bytes, Widened(largest_unpinned));
   // ring_slots (TOML) overrides the count.
   PlanOptions two = o;
   two.ring_slots = 2;

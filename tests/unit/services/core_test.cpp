@@ -111,8 +111,12 @@ TEST(TrunkPiecesLayout, PiecesCoverExactlyEachLayersTensors) {
       EXPECT_EQ(got_bytes, want_bytes) << "layer " << l;
       EXPECT_EQ(merged(got), merged(want)) << "layer " << l;
     }
-    if (slot == min_slot) EXPECT_GT(cut_layers, 0) << "the smallest slot cuts some layer";
-    if (slot == widest) EXPECT_EQ(cut_layers, 0);
+    if (slot == min_slot) {
+      EXPECT_GT(cut_layers, 0) << "the smallest slot cuts some layer";
+    }
+    if (slot == widest) {
+      EXPECT_EQ(cut_layers, 0);
+    }
     EXPECT_EQ(static_cast<size_t>(layout.walk_length()), positions + 1) << "pieces, then the globals";
   }
 }
