@@ -220,7 +220,19 @@ class PipelineTest(unittest.TestCase):
             self.assertEqual(r.returncode, 6, r.stderr)
             floor = int(r.stderr.split("(")[1].split(" bytes")[0])
             self.assertLess(floor, self.floor, "smaller slots lower the floor")
-            for budget in (floor, (floor + self.budgets["pinned"]) // 2):
+            # A budget that pins some layers and streams the others in pieces (bisected).
+            lo, hi, middle = floor, self.budgets["pinned"], None
+            for _ in range(40):
+                m = (lo + hi) // 2
+                plan = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(m), "--dry-run"]
+                                      + flag, capture_output=True, text=True, timeout=TIMEOUT).stdout
+                n = int([l for l in plan.splitlines() if l.startswith("pinned layers:")][0].split(":")[1].split(" of ")[0])
+                if 0 < n < self.budgets["total"]:
+                    middle = m
+                    break
+                lo, hi = (m, hi) if n == 0 else (lo, m)
+            self.assertIsNotNone(middle, "no budget pins part of the trunk with pieces")
+            for budget in (floor, middle):
                 with self.subTest(piece=piece, budget=budget):
                     plan = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(budget),
                                            "--dry-run"] + flag, capture_output=True, text=True, timeout=TIMEOUT)
