@@ -393,20 +393,35 @@ class ReleasePlanTest(unittest.TestCase):
         toml = os.path.join(tempfile.mkdtemp(prefix="k3-pipe-rel-"), "r.toml")
         with open(toml, "w") as f:
             f.write('model = "%s"\n' % self.RELEASE)
-        pinned = []
-        for budget in ("8G", "32G", "128G"):
-            r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", budget, "--dry-run"],
+        def pinned_at(budget, extra=()):
+            r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", budget, "--dry-run"] + list(extra),
                                capture_output=True, text=True, timeout=TIMEOUT)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("config + index", r.stdout)
             for region in ("trunk-pinned", "trunk-ring", "experts", "kda-state", "mla-cache"):
                 self.assertIn(region, r.stdout)
             line = [l for l in r.stdout.splitlines() if l.startswith("pinned layers:")][0]
-            pinned.append(int(line.split(":")[1].split(" of ")[0]))
+            return int(line.split(":")[1].split(" of ")[0]), r.stdout
+
+        # Whole-layer slots (--trunk-piece layer): a 2 x 2.18 GiB ring, so 8G pins no layer
+        # (lm_head takes the room) and 4G is below the 5.67 GiB floor.
+        whole = ["--trunk-piece", "layer"]
+        pinned = [pinned_at(b, whole)[0] for b in ("8G", "32G", "128G")]
         self.assertEqual(pinned[0], 0)
         self.assertLess(pinned[0], pinned[1])
         self.assertEqual(pinned[2], 93)
-        r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", "4G", "--dry-run"],
+        r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", "4G", "--dry-run"] + whole,
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 6)
+        self.assertIn("floor", r.stderr)
+        # Trunk pieces (the default, docs/trunk-pieces.md): 2G plans with the layers in pieces,
+        # and the room the small ring frees at 8G pins at least one 2.18 GiB layer.
+        n2, out2 = pinned_at("2G")
+        self.assertEqual(n2, 0)
+        self.assertIn("layers in pieces", out2)
+        self.assertGreater(pinned_at("8G")[0], 0)
+        self.assertEqual(pinned_at("128G")[0], 93)
+        r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", "1G", "--dry-run"],
                            capture_output=True, text=True, timeout=TIMEOUT)
         self.assertEqual(r.returncode, 6)
         self.assertIn("floor", r.stderr)
