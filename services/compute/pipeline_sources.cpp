@@ -282,8 +282,6 @@ const plan::PieceRun& PipelineLayerSource::NextRun(int64_t layer, TensorRole rol
 }
 
 const LayerWeights& PipelineLayerSource::BeginPieced(int32_t layer) {
-  cur_.layer = layer;
-  TakePiece(0);
   // The small group (the atomic tensors at the head of the use order) is copied out: BindLayer
   // widens it, and it may span pieces.
   const auto& tensors = tensors_[static_cast<size_t>(layer)];
@@ -291,19 +289,33 @@ const LayerWeights& PipelineLayerSource::BeginPieced(int32_t layer) {
   size_t small = 0;
   while (small < tensors.size() && !tensors[small].splittable && roles_[static_cast<size_t>(layer)][small] != TensorRole::kMlaKvBProj)
     ++small;
-  for (size_t i = 0; i < small; ++i) {
-    if (cur_.run == pieces[static_cast<size_t>(cur_.piece)].runs.size()) {
-      if (!Usable(*cur_.held)) throw RuntimeFailure("trunk reader: layer " + std::to_string(layer) + " piece refilled while in use");
-      TakePiece(cur_.piece + 1);
+  for (;;) {
+    cur_ = PieceCursor{};
+    cur_.layer = layer;
+    small_.clear();
+    TakePiece(0);
+    bool stale = false;
+    for (size_t i = 0; i < small && !stale; ++i) {
+      if (cur_.run == pieces[static_cast<size_t>(cur_.piece)].runs.size()) {
+        if (!Usable(*cur_.held)) {
+          stale = true;
+          break;
+        }
+        TakePiece(cur_.piece + 1);
+      }
+      const plan::PieceRun& run = pieces[static_cast<size_t>(cur_.piece)].runs[cur_.run];
+      if (run.tensor != static_cast<int>(i)) throw RuntimeFailure("layer " + std::to_string(layer) + ": piece order");
+      const plan::RunPlacement& pl = cur_.places[cur_.run];
+      const uint8_t* at = cur_.base + pl.slot_offset + pl.lead();
+      small_[static_cast<int>(i)].assign(at, at + pl.length);
+      ++cur_.run;
     }
-    const plan::PieceRun& run = pieces[static_cast<size_t>(cur_.piece)].runs[cur_.run];
-    if (run.tensor != static_cast<int>(i)) throw RuntimeFailure("layer " + std::to_string(layer) + ": piece order");
-    const plan::RunPlacement& pl = cur_.places[cur_.run];
-    const uint8_t* at = cur_.base + pl.slot_offset + pl.lead();
-    small_[static_cast<int>(i)].assign(at, at + pl.length);
-    ++cur_.run;
+    if (!stale && Usable(*cur_.held)) break;
+    // A restarted reader bumped the generation while we copied: drop the piece, start again.
+    ++c_.stale_refs;
+    ready_.erase({layer, cur_.piece});
+    cur_.held.reset();
   }
-  if (!Usable(*cur_.held)) throw RuntimeFailure("trunk reader: layer " + std::to_string(layer) + " piece refilled while in use");
   std::map<std::string, int> index;
   for (size_t i = 0; i < small; ++i) index[tensors[i].name] = static_cast<int>(i);
   static const uint8_t kShapeOnly = 0;  // matrices: bound for shape and dtype, read through Apply

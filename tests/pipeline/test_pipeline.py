@@ -154,8 +154,8 @@ class PipelineTest(unittest.TestCase):
                         # everything streams: the trunk reader must have read the layers again
                         self.assertGreater(rep["service_stats"]["trunk-reader"].get("bytes_read", 0), 0)
 
-    def kill_mid_run(self, exe, after_tokens=2, budget=None):
-        p = self.launch(budget or self.budgets["stream"])
+    def kill_mid_run(self, exe, after_tokens=2, budget=None, extra=()):
+        p = self.launch(budget or self.budgets["stream"], extra=extra)
         victim = service_pid(p.pid, exe)
         # wait for a couple of generated tokens, then kill -9 the service
         got = []
@@ -177,6 +177,11 @@ class PipelineTest(unittest.TestCase):
 
     def test_kill_trunk_reader(self):
         self.kill_mid_run("k3-trunk-reader")
+
+    def test_kill_trunk_reader_with_pieces(self):
+        # Every streamed layer in pieces (the smallest slots): a restarted reader costs time,
+        # not tokens, whatever piece compute was waiting for or holding.
+        self.kill_mid_run("k3-trunk-reader", extra=["--trunk-piece", "4096"])
 
     def test_kill_expert_fetcher_with_hints(self):
         # A restarted fetcher starts empty while compute's guesses keep coming: same ids.
