@@ -394,7 +394,7 @@ int64_t ParseTrunkPiece(const std::string& text) {
   } catch (const Error&) {
     v = -1;
   }
-  if (v < kPage) throw UsageError("--trunk-piece '" + text + "': must be \"layer\" or a size of at least 4096 bytes (64M, 1G)");
+  if (v < kPage) throw UsageError("trunk_piece (--trunk-piece) '" + text + "': must be \"layer\" or a size of at least 4096 bytes (64M, 1G)");
   return v;
 }
 
