@@ -237,6 +237,14 @@ class PipelineTest(unittest.TestCase):
                     break
                 lo, hi = (m, hi) if n == 0 else (lo, m)
             self.assertIsNotNone(middle, "no budget pins part of the trunk with pieces")
+            # Multi-run pieces through every read backend (ids; the logits below use pread).
+            for io in ("direct", "uring", "mmap"):
+                with self.subTest(piece=piece, io=io):
+                    p = self.launch(floor, io=io, extra=flag)
+                    out, err = self.finish(p)
+                    self.assertClean(p.pid)
+                    self.assertEqual(p.returncode, 0, err[-3000:])
+                    self.assertEqual([int(x) for x in out.split()], self.expected, err[-3000:])
             for budget in (floor, middle):
                 with self.subTest(piece=piece, budget=budget):
                     plan = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(budget),
