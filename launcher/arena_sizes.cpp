@@ -43,15 +43,20 @@ ArenaSizes SizeArenas(const ModelLayout& m, const plan::MemoryPlan& p) {
   // trunk-pinned: a header page, then every pinned layer and the globals run, each read
   // widened to 4096 bounds at a 4096-aligned offset.
   a.pinned = static_cast<int64_t>(kReadAlign) + WidenedBytes(GlobalsRun(pm, p.embed_resident, p.lm_head_resident));
-  int64_t widest_streamed = 0;
+  int64_t widest_streamed = 0, min_piece = 0;
   for (int64_t l = 0; l < layers; ++l) {
     const int64_t w = WidenedBytes(pm.trunk_bytes[static_cast<size_t>(l)]);
-    if (pinned[static_cast<size_t>(l)]) a.pinned += w;
-    else widest_streamed = std::max(widest_streamed, w);
+    if (pinned[static_cast<size_t>(l)]) {
+      a.pinned += w;
+    } else {
+      widest_streamed = std::max(widest_streamed, w);
+      min_piece = std::max(min_piece, plan::LayerMinPieceSlot(pm, static_cast<int>(l)));
+    }
   }
-  // trunk-ring slots hold the widest streamed layer and, when lm_head streams, one chunk of
-  // lm_head rows (read widened); never less than a page.
-  int64_t slot = std::max(static_cast<int64_t>(kReadAlign), widest_streamed);
+  // trunk-ring slots hold the widest streamed layer or, with trunk pieces, the plan's piece
+  // size (docs/trunk-pieces.md), and, when lm_head streams, one chunk of lm_head rows (read
+  // widened); never less than a page.
+  int64_t slot = std::max(static_cast<int64_t>(kReadAlign), plan::TrunkSlotBytes(widest_streamed, min_piece, p.trunk_piece));
   if (!p.lm_head_resident) {
     const int64_t small = std::clamp<int64_t>(pm.small_globals_bytes, 0, pm.lm_head_bytes);
     const int64_t row = RowBytes(pm.lm_head_row_bytes, pm.lm_head_bytes - small, m.cfg.vocab_size);

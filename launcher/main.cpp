@@ -34,6 +34,11 @@ int Main(int argc, char** argv) {
   po.context = opt.context;
   po.prefill_chunk = opt.prefill_chunk;
   po.ring_slots = opt.ring_slots;
+  if (!opt.trunk_piece.empty()) po.trunk_piece = plan::ParseTrunkPiece(opt.trunk_piece);
+  if (!opt.read_ahead.empty()) {
+    po.read_ahead = plan::ParseBudget(opt.read_ahead);
+    if (opt.read_ahead == "auto") throw UsageError("--read-ahead: a size (128M), not auto");
+  }
   po.max_pinned_trunk = opt.max_pinned_trunk;
   // The fetcher's bound: --inflight experts per server.
   po.remote_expert_frames = int64_t{opt.inflight} * static_cast<int64_t>(opt.expert_server.size());

@@ -59,6 +59,7 @@ ModelLayout LoadModelLayout(const std::string& dir, bool allow_index_only) {
   for (int l = 0; l < m.cfg.num_layers; ++l) {
     m.trunk.push_back(LayerTrunkRange(ck, m.cfg, l));
     pm.trunk_bytes.push_back(m.trunk.back().end - m.trunk.back().begin);
+    pm.min_piece_slot.push_back(plan::MinPieceSlot(plan::LayerPieceTensors(ck, m.cfg, l)));
   }
   int64_t expert = 0;
   for (int l = static_cast<int>(m.cfg.first_k_dense_replace); l < m.cfg.num_layers; ++l)

@@ -78,6 +78,8 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "context") opt.context = integer();
     else if (k == "prefill_chunk") opt.prefill_chunk = integer();
     else if (k == "ring_slots") opt.ring_slots = small_int();
+    else if (k == "trunk_piece") opt.trunk_piece = node.is_integer() ? std::to_string(integer()) : str();
+    else if (k == "read_ahead") opt.read_ahead = node.is_integer() ? std::to_string(integer()) : str();
     else if (k == "threads") opt.threads = small_int();
     else if (k == "expert_inputs") opt.expert_inputs = str();
     else if (k == "expert_server") {  // one endpoint, or a list of them
@@ -217,6 +219,9 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service and per expert server (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
   app.add_flag("--dry-run", cli.dry_run, "print the memory plan and exit");
+  app.add_option("--trunk-piece", cli.trunk_piece,
+                 "trunk ring slot size: a size (64M, default) or \"layer\" (whole-layer slots); larger layers stream in pieces");
+  app.add_option("--read-ahead", cli.read_ahead, "trunk bytes read ahead of compute when layers stream in pieces (default 128M)");
   app.add_option("--expert-server", cli.expert_server,
                  "read routed experts from the k3-expert-server at this endpoint (tcp://HOST:PORT); repeat for "
                  "several servers (TOML: a string or a list)");
@@ -285,6 +290,8 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--expert-server-key")) opt.expert_server_key = cli.expert_server_key;
   if (given("--client-key")) opt.client_key = cli.client_key;
   if (given("--expert-slots")) opt.expert_slots = cli.expert_slots;
+  if (given("--trunk-piece")) opt.trunk_piece = cli.trunk_piece;
+  if (given("--read-ahead")) opt.read_ahead = cli.read_ahead;
   if (given("--spec")) opt.spec = cli.spec;
   if (given("--stop-ids") || given("--stop-id")) {  // both flags add up; together they replace the TOML's
     opt.stop_ids.clear();

@@ -20,7 +20,9 @@ struct LaunchOptions {
   int64_t gen = 16;
   int64_t context = 4096;
   int64_t prefill_chunk = 64;
-  int ring_slots = 2;
+  int ring_slots = 0;         // trunk ring slots (0: the plan's rule, docs/memory-plan.md)
+  std::string trunk_piece;   // ring slot size: "64M", "layer" (empty: plan::kTrunkPieceBytes)
+  std::string read_ahead;    // trunk read-ahead when layers stream in pieces (empty: plan::kTrunkReadAhead)
   int threads = 0;           // compute threads (0 = all cores; at most 4 x online CPUs)
   std::string expert_inputs = "f32";  // routed-expert inputs: "f32" (exact) or "bf16"
   int inflight = 4;          // reads in flight per service (--inflight of the readers)

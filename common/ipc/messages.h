@@ -50,12 +50,15 @@ struct LayerReady {
   uint64_t generation = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+  int32_t piece = 0;   // docs/trunk-pieces.md: piece `piece` of `pieces` (a whole layer: 0 of 1)
+  int32_t pieces = 1;
   bool operator==(const LayerReady&) const = default;
 };
 struct LayerDone {
   int32_t layer = 0;
   int32_t slot = 0;
   uint64_t generation = 0;
+  int32_t piece = 0;
   bool operator==(const LayerDone&) const = default;
 };
 struct LayerFailed {
@@ -66,6 +69,7 @@ struct LayerFailed {
 };
 struct LayerWant {
   int32_t layer = 0;
+  int32_t piece = 0;
   bool operator==(const LayerWant&) const = default;
 };
 struct EmbedRows {

@@ -199,13 +199,13 @@ Result<control::Message> DecodeControl(std::span<const uint8_t> kind, std::span<
 
 Encoded Encode(const weights::LayerReady& m) {
   FlatBufferBuilder fbb(96);
-  auto msg = fbw::CreateLayerReady(fbb, m.layer, m.slot, m.generation, m.offset, m.length);
+  auto msg = fbw::CreateLayerReady(fbb, m.layer, m.slot, m.generation, m.offset, m.length, m.piece, m.pieces);
   fbw::FinishSizePrefixedEnvelopeBuffer(fbb, fbw::CreateEnvelope(fbb, fbw::Message::LayerReady, msg.Union()));
   return Finish(fbb, Protocol::kWeights, fbw::Message::LayerReady);
 }
 Encoded Encode(const weights::LayerDone& m) {
   FlatBufferBuilder fbb(64);
-  auto msg = fbw::CreateLayerDone(fbb, m.layer, m.slot, m.generation);
+  auto msg = fbw::CreateLayerDone(fbb, m.layer, m.slot, m.generation, m.piece);
   fbw::FinishSizePrefixedEnvelopeBuffer(fbb, fbw::CreateEnvelope(fbb, fbw::Message::LayerDone, msg.Union()));
   return Finish(fbb, Protocol::kWeights, fbw::Message::LayerDone);
 }
@@ -218,7 +218,7 @@ Encoded Encode(const weights::LayerFailed& m) {
 
 Encoded Encode(const weights::LayerWant& m) {
   FlatBufferBuilder fbb(48);
-  auto msg = fbw::CreateLayerWant(fbb, m.layer);
+  auto msg = fbw::CreateLayerWant(fbb, m.layer, m.piece);
   fbw::FinishSizePrefixedEnvelopeBuffer(fbb, fbw::CreateEnvelope(fbb, fbw::Message::LayerWant, msg.Union()));
   return Finish(fbb, Protocol::kWeights, fbw::Message::LayerWant);
 }
@@ -246,11 +246,11 @@ Result<weights::Message> DecodeWeights(std::span<const uint8_t> kind, std::span<
         switch (e->message_type()) {
           case fbw::Message::LayerReady: {
             const auto* m = e->message_as_LayerReady();
-            return R::Ok(weights::LayerReady{m->layer(), m->slot(), m->generation(), m->offset(), m->length()});
+            return R::Ok(weights::LayerReady{m->layer(), m->slot(), m->generation(), m->offset(), m->length(), m->piece(), m->pieces()});
           }
           case fbw::Message::LayerDone: {
             const auto* m = e->message_as_LayerDone();
-            return R::Ok(weights::LayerDone{m->layer(), m->slot(), m->generation()});
+            return R::Ok(weights::LayerDone{m->layer(), m->slot(), m->generation(), m->piece()});
           }
           case fbw::Message::LayerFailed: {
             const auto* m = e->message_as_LayerFailed();
@@ -258,7 +258,7 @@ Result<weights::Message> DecodeWeights(std::span<const uint8_t> kind, std::span<
             return R::Ok(weights::LayerFailed{m->layer(), static_cast<weights::Error>(m->error()), Str(m->detail())});
           }
           case fbw::Message::LayerWant:
-            return R::Ok(weights::LayerWant{e->message_as_LayerWant()->layer()});
+            return R::Ok(weights::LayerWant{e->message_as_LayerWant()->layer(), e->message_as_LayerWant()->piece()});
           case fbw::Message::EmbedRows: {
             const auto* m = e->message_as_EmbedRows();
             return R::Ok(weights::EmbedRows{m->request_id(), Vec(m->ids())});

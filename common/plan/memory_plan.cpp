@@ -76,6 +76,9 @@ PlanModel Normalized(PlanModel m) {
   const int64_t lm_tensor = m.lm_head_bytes - m.small_globals_bytes;
   if (m.embed_row_bytes <= 0) m.embed_row_bytes = std::max<int64_t>(1, (m.embed_bytes + V - 1) / V);
   if (m.lm_head_row_bytes <= 0) m.lm_head_row_bytes = std::max<int64_t>(1, (lm_tensor + V - 1) / V);
+  std::vector<int64_t> mins;
+  for (int l = 0; l < static_cast<int>(m.trunk_bytes.size()); ++l) mins.push_back(LayerMinPieceSlot(m, l));
+  m.min_piece_slot = mins;
   for (int i = 0; i < 4; ++i)
     if (m.globals_run[i] < 0)
       m.globals_run[i] = m.small_globals_bytes + ((i & 1) ? m.embed_bytes : 0) + ((i & 2) ? lm_tensor : 0);
@@ -84,6 +87,8 @@ PlanModel Normalized(PlanModel m) {
 
 struct Layout {
   int64_t pinned = 0, globals = 0, ring = 0, ring_slot = 0, embed_window = 0, embed_rows = 0;
+  int ring_slots = 0;
+  bool pieced = false;
   int64_t lm_rows = 0, lm_chunks = 0;
   bool lm_pinned = false;
   int64_t trunk_pinned_raw = 0;  // for the max_pinned_trunk cap
@@ -104,8 +109,14 @@ Layout LayoutFor(const PlanModel& m, const std::vector<Candidate>& cands, size_t
   }
   l.globals = m.globals_run[(embed_resident ? 1 : 0) | (l.lm_pinned ? 2 : 0)];
   l.pinned += kPage + WidenedBytes(l.globals);
+  int64_t widest = 0, min_piece = 0;
   for (size_t i = k; i < cands.size(); ++i)
-    if (cands[i].layer >= 0) l.ring_slot = std::max(l.ring_slot, WidenedBytes(cands[i].bytes));
+    if (cands[i].layer >= 0) {
+      widest = std::max(widest, WidenedBytes(cands[i].bytes));
+      min_piece = std::max(min_piece, m.min_piece_slot[static_cast<size_t>(cands[i].layer)]);
+    }
+  // Streamed layers larger than a slot arrive in pieces (docs/trunk-pieces.md §5).
+  l.ring_slot = TrunkSlotBytes(widest, min_piece, o.trunk_piece);
   const int64_t V = m.cfg.vocab_size;
   const int64_t layer_slot = l.ring_slot;
   if (!l.lm_pinned) {
@@ -122,7 +133,9 @@ Layout LayoutFor(const PlanModel& m, const std::vector<Candidate>& cands, size_t
     l.lm_chunks = LmHeadChunks(l.lm_rows, V);
   }
   l.ring_slot = std::max(l.ring_slot, kPage);  // the ring exists even when everything is pinned
-  l.ring = SlotArena(o.ring_slots, l.ring_slot);
+  l.pieced = l.ring_slot < widest;
+  l.ring_slots = TrunkRingSlots(l.ring_slot, widest, o.read_ahead, o.ring_slots);
+  l.ring = SlotArena(l.ring_slots, l.ring_slot);
   if (!embed_resident) {
     const int64_t stride = EmbedRowStride(m.embed_row_bytes);
     l.embed_rows = std::clamp<int64_t>(o.embed_window / stride, 1, std::max<int64_t>(V, 1));
@@ -140,6 +153,13 @@ int64_t SpecRollbackBytes(const ModelConfig& c, int64_t drafts) {
   const int64_t snapshot = c.kda_heads * c.kda_head_dim * c.kda_head_dim + 3 * proj * std::max<int64_t>(c.conv_kernel - 1, 0);
   const int64_t per_position = 7 * proj + c.kda_heads;
   return 4 * (n_kda * (snapshot + T * per_position) + T * c.vocab_size);
+}
+
+int64_t LayerMinPieceSlot(const PlanModel& m, int layer) {
+  const auto l = static_cast<size_t>(layer);
+  const int64_t whole = WidenedBytes(m.trunk_bytes.at(l));
+  if (m.min_piece_slot.size() == m.trunk_bytes.size()) return std::min(m.min_piece_slot[l], whole);
+  return std::min(MinPieceSlot(ReleasePieceTensors(m.cfg, layer)), whole);
 }
 
 PlanModel PlanModelFromConfig(const ModelConfig& cfg) {
@@ -164,8 +184,11 @@ PlanModel PlanModelFromConfig(const ModelConfig& cfg) {
 namespace {
 
 void CheckInputs(const PlanModel& m, const PlanOptions& o) {
-  if (o.context < 1 || o.prefill_chunk < 1 || o.ring_slots < 2)
-    throw UsageError("memory plan: context and prefill chunk must be >= 1 and ring slots >= 2");
+  if (o.context < 1 || o.prefill_chunk < 1 || o.ring_slots == 1 || o.ring_slots < 0)
+    throw UsageError("memory plan: context and prefill chunk must be >= 1 and ring slots >= 2 (0: from read_ahead)");
+  if (o.trunk_piece != kTrunkPieceLayer && o.trunk_piece < kPage)
+    throw UsageError("trunk_piece " + std::to_string(o.trunk_piece) + ": must be \"layer\" or at least 4096 bytes");
+  if (o.read_ahead < 0) throw UsageError("read_ahead must be >= 0 bytes");
   if (o.spec_drafts < 0 || o.spec_drafts > kMaxSpecDrafts)
     throw UsageError("--spec " + std::to_string(o.spec_drafts) + ": must be 0 to " + std::to_string(kMaxSpecDrafts));
   const ModelConfig& c = m.cfg;
@@ -294,7 +317,9 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
   p.globals_bytes = l.globals;
   p.pinned_bytes = l.pinned;
   p.ring_slot_bytes = l.ring_slot;
-  p.ring_slots = o.ring_slots;
+  p.ring_slots = l.ring_slots;
+  p.trunk_piece = o.trunk_piece;
+  p.trunk_pieced = l.pieced;
   p.ring_bytes = l.ring;
   p.embed_window_bytes = l.embed_window;
   p.embed_window_rows = l.embed_rows;
@@ -319,6 +344,7 @@ std::vector<Region> MemoryPlan::regions() const {
       {"shm", "trunk-pinned", pinned_bytes, std::to_string(pinned_layers.size()) + " layers + " + globals},
       {"shm", "trunk-ring", ring_bytes,
        std::to_string(ring_slots) + " slots x " + FormatBytes(ring_slot_bytes) +
+           (trunk_pieced ? "; layers in pieces" : "") +
            (lm_head_resident ? "" : "; lm_head in " + std::to_string(lm_head_chunks) + " chunks of " +
                                         std::to_string(lm_head_chunk_rows) + " rows")},
       {"shm", "embed-window", embed_window_bytes,
@@ -358,6 +384,18 @@ std::string FormatBytes(int64_t bytes) {
   else if (bytes >= (1ll << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1ll << 20));
   else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
   return buf;
+}
+
+int64_t ParseTrunkPiece(const std::string& text) {
+  if (text == "layer") return kTrunkPieceLayer;
+  int64_t v = 0;
+  try {
+    v = text == "auto" ? -1 : ParseBudget(text);
+  } catch (const Error&) {
+    v = -1;
+  }
+  if (v < kPage) throw UsageError("trunk_piece (--trunk-piece) '" + text + "': must be \"layer\" or a size of at least 4096 bytes (64M, 1G)");
+  return v;
 }
 
 int64_t ParseBudget(const std::string& text) {

@@ -3,7 +3,8 @@
 //
 // Order of claims: a floor that every run needs (compute state for the requested context,
 // scratch, tokenizer tables, per-process overhead, the small model-level tensors pinned, an
-// embed-window arena, a ring of 2 trunk slots of the largest streamed layer or lm_head chunk,
+// embed-window arena, a ring of trunk slots (2 of the largest streamed layer, or with trunk
+// pieces (docs/trunk-pieces.md) 1 + read_ahead / trunk_piece slots of trunk_piece) or lm_head chunk,
 // top_k expert slots); then
 // whole trunk layers (and lm_head) pinned largest-first; then every remaining byte as expert
 // slots; the embedding table is made resident only when every expert already has a slot. A budget below the floor is k3::Error(kExitBudget).
@@ -13,13 +14,16 @@
 #include <vector>
 
 #include "common/model_config.h"
+#include "common/plan/trunk_pieces.h"
 
 namespace k3::plan {
 
 struct PlanOptions {
   int64_t context = 4096;                       // tokens the MLA cache must hold
   int64_t prefill_chunk = 64;                   // prompt tokens per forward chunk (scratch size)
-  int ring_slots = 2;                           // trunk ring depth (>= 2: one computing, one reading)
+  int ring_slots = 0;                           // trunk ring depth (0: TrunkRingSlots; else >= 2)
+  int64_t trunk_piece = kTrunkPieceBytes;       // ring slot size (kTrunkPieceLayer: whole layers)
+  int64_t read_ahead = kTrunkReadAhead;         // read ahead of compute when layers stream in pieces
   int64_t tokenizer_bytes = 64ll << 20;         // vocabulary + merge tables
   int64_t process_overhead = 64ll << 20;        // code, heap, ZeroMQ buffers per process (4 processes)
   int64_t lm_head_window = 256ll << 20;         // lm_head chunk when no trunk layer streams
@@ -44,6 +48,9 @@ int64_t SpecRollbackBytes(const ModelConfig& cfg, int64_t drafts);
 struct PlanModel {
   ModelConfig cfg;
   std::vector<int64_t> trunk_bytes;  // per layer: the layer's trunk run (non-expert tensors)
+  // Per layer: MinPieceSlot of its tensors (empty: from the config's release shapes, capped at
+  // the widened layer).
+  std::vector<int64_t> min_piece_slot;
   int64_t expert_bytes = 0;          // one routed expert (six tensors)
   int64_t embed_bytes = 0;           // embed_tokens
   int64_t lm_head_bytes = 0;         // lm_head (+ final norms, read with it)
@@ -55,6 +62,10 @@ struct PlanModel {
   // headers) by (embed resident ? 1 : 0) | (lm_head resident ? 2 : 0).
   int64_t globals_run[4] = {-1, -1, -1, -1};
 };
+
+// MinPieceSlot of layer `layer` (from min_piece_slot, else the config's release shapes), capped
+// at the widened layer: the smallest ring slot the layer can stream through.
+int64_t LayerMinPieceSlot(const PlanModel& m, int layer);
 
 // Builds PlanModel from a config alone, with release dtypes (common/tensor_names.h).
 PlanModel PlanModelFromConfig(const ModelConfig& cfg);
@@ -91,6 +102,8 @@ struct MemoryPlan {
   int64_t pinned_bytes = 0;        // pinned arena: header page + widened layers + widened globals run
   int ring_slots = 0;
   int64_t ring_slot_bytes = 0;
+  int64_t trunk_piece = 0;         // the option the ring was sized with (SizeArenas repeats the rule)
+  bool trunk_pieced = false;       // some streamed layer is larger than a slot: it streams in pieces
   int64_t ring_bytes = 0;          // ring arena incl. slot-table header (always >= 2 slots)
   // expert arena
   int64_t expert_slots = 0;
@@ -110,6 +123,9 @@ int64_t PlanFloor(const PlanModel& model, const PlanOptions& opt = {});
 // "8G", "1.5T", "512M", "4096", "32GiB" (binary units) or "auto" (MemAvailable from
 // /proc/meminfo). k3::Error(kExitUsage) on anything else.
 int64_t ParseBudget(const std::string& text);
+// --trunk-piece / trunk_piece: "layer" (kTrunkPieceLayer) or a size as ParseBudget reads it
+// ("64M"), at least 4096. k3::Error(kExitUsage) on anything else.
+int64_t ParseTrunkPiece(const std::string& text);
 std::string FormatBytes(int64_t bytes);
 
 }  // namespace k3::plan

@@ -113,4 +113,71 @@ std::vector<Piece> LayerPieces(const std::vector<PieceTensor>& tensors, int64_t 
   return out;
 }
 
+std::vector<PieceTensor> LayerPieceTensors(const Checkpoint& ck, const ModelConfig& cfg, int layer) {
+  std::vector<PieceTensor> out;
+  for (const UseEntry& e : LayerUseOrder(cfg, layer)) {
+    const std::string name = LayerTensorName(layer, e.role);
+    const TensorInfo& t = ck.at(name);
+    PieceTensor p;
+    p.name = name;
+    p.offset = t.file_offset;
+    p.splittable = e.splittable && !t.shape.empty() && t.shape[0] > 1;
+    p.rows = p.splittable ? t.shape[0] : 1;
+    p.row_bytes = t.nbytes / p.rows;
+    if (p.rows * p.row_bytes != t.nbytes)
+      throw BadModel("tensor " + name + ": " + std::to_string(t.nbytes) + " bytes are not whole rows");
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<PieceTensor> ReleasePieceTensors(const ModelConfig& cfg, int layer) {
+  std::vector<PieceTensor> out;
+  for (const UseEntry& e : LayerUseOrder(cfg, layer)) {
+    const std::vector<int64_t> shape = ExpectedShape(cfg, e.role);
+    int64_t bytes = DTypeSize(ReleaseDType(e.role));
+    for (int64_t d : shape) bytes *= d;
+    PieceTensor p;
+    p.name = LayerTensorName(layer, e.role);
+    p.splittable = e.splittable && !shape.empty() && shape[0] > 1;
+    p.rows = p.splittable ? shape[0] : 1;
+    p.row_bytes = std::max<int64_t>(bytes / p.rows, 1);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+int64_t TrunkSlotBytes(int64_t widest_streamed, int64_t min_piece, int64_t trunk_piece) {
+  if (widest_streamed <= 0) return 0;
+  if (trunk_piece == kTrunkPieceLayer) return widest_streamed;
+  return std::min(widest_streamed, std::max(AlignUp(trunk_piece), min_piece));
+}
+
+int TrunkRingSlots(int64_t slot, int64_t widest_streamed, int64_t read_ahead, int ring_slots) {
+  if (ring_slots > 0) return ring_slots;
+  if (slot <= 0 || slot >= widest_streamed) return 2;
+  // Never more read ahead than one whole layer: the whole-layer ring reads no further.
+  const int64_t bytes = std::min(std::max<int64_t>(read_ahead, 0), widest_streamed);
+  const int64_t ahead = (bytes + slot - 1) / slot;
+  return static_cast<int>(std::clamp<int64_t>(1 + ahead, 2, 1024));
+}
+
+std::vector<RunPlacement> PiecePlacements(const std::vector<PieceTensor>& tensors, const Piece& piece) {
+  std::vector<RunPlacement> out;
+  int64_t at = 0;
+  for (const PieceRun& r : piece.runs) {
+    const PieceTensor& t = tensors.at(static_cast<size_t>(r.tensor));
+    out.push_back({t.offset + r.row0 * t.row_bytes, r.rows * t.row_bytes, at});
+    at += PieceRunSlotBytes(tensors, r);
+  }
+  return out;
+}
+
+int64_t PieceSlotBytes(const std::vector<PieceTensor>& tensors, const Piece& piece, int64_t run_bytes) {
+  if (piece.whole_run) return WidenedBytes(run_bytes);
+  int64_t n = 0;
+  for (const PieceRun& r : piece.runs) n += PieceRunSlotBytes(tensors, r);
+  return n;
+}
+
 }  // namespace k3::plan

@@ -4,16 +4,34 @@
 // is the same dot product whatever piece its row arrives in (kernels/matmul.h determinism
 // contract). Pure: the plan, the launcher, the trunk reader and compute are meant to share it.
 //
-// Not yet used by the pipeline: this is the first step of the design (its §9).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/model_config.h"
+#include "common/safetensors.h"
 #include "common/tensor_names.h"
 
 namespace k3::plan {
+
+// Ring slot size for streamed layers (docs/trunk-pieces.md §5), the plan's default and its
+// TOML/flag override (trunk_piece, --trunk-piece). A working assumption, not yet measured: the
+// read-rate-vs-piece-size bench fixes the value; this is its one home.
+inline constexpr int64_t kTrunkPieceBytes = 64ll << 20;
+// Bytes the trunk reader keeps read ahead of compute when layers stream in pieces (read_ahead).
+inline constexpr int64_t kTrunkReadAhead = 128ll << 20;
+// trunk_piece = "layer": slots of the largest streamed layer, as before pieces.
+inline constexpr int64_t kTrunkPieceLayer = 0;
+
+// The ring slot: `trunk_piece` (kTrunkPieceLayer: the widest streamed layer), never below the
+// streamed layers' MinPieceSlot `min_piece`, never above the widest streamed layer (all widened
+// bytes). 0 when nothing streams.
+int64_t TrunkSlotBytes(int64_t widest_streamed, int64_t min_piece, int64_t trunk_piece);
+// Ring slots: `ring_slots` when set (> 0); else 2 for whole-layer slots (one computing, one
+// reading), and 1 + ceil(min(read_ahead, widest_streamed) / slot) (at least 2) when layers
+// stream in pieces: never more read ahead than one whole layer.
+int TrunkRingSlots(int64_t slot, int64_t widest_streamed, int64_t read_ahead, int ring_slots);
 
 // One trunk tensor of a layer in the order the forward pass uses it (services/compute:
 // BindLayer, kda.cpp, mla.cpp, ffn.cpp). `splittable`: only kern::Matmul reads it, so it may
@@ -66,5 +84,31 @@ int64_t MinPieceSlot(const std::vector<PieceTensor>& tensors);
 // splittable one fills the current piece with as many rows as fit and continues in new
 // pieces. Throws k3::Error(kExitUsage) when slot_bytes < MinPieceSlot(tensors).
 std::vector<Piece> LayerPieces(const std::vector<PieceTensor>& tensors, int64_t run_bytes, int64_t slot_bytes);
+
+// Layer `layer`'s trunk tensors in LayerUseOrder, with offsets and row bytes from the shard
+// headers: a splittable tensor has shape[0] rows, an atomic one is a single "row" of all its
+// bytes. BadModel when a tensor is missing.
+std::vector<PieceTensor> LayerPieceTensors(const Checkpoint& ck, const ModelConfig& cfg, int layer);
+
+// The same list from the config alone (release shapes and dtypes; offsets 0): what the memory
+// plan sizes slots with when it has no shard headers.
+std::vector<PieceTensor> ReleasePieceTensors(const ModelConfig& cfg, int layer);
+
+// Where one run of a piece sits in its slot. The reader reads the window [wbegin, wbegin +
+// wlength) to slot + slot_offset; the run's first byte is then at slot + slot_offset + lead
+// (common/read_window.h). Runs are packed at 4096-aligned offsets in piece order.
+struct RunPlacement {
+  int64_t begin = 0;        // file offset of the run's first byte
+  int64_t length = 0;       // the run's bytes (rows x row_bytes)
+  int64_t slot_offset = 0;  // where the run's window starts in the slot (4096-aligned)
+  int64_t wbegin() const { return AlignDownI(begin); }
+  int64_t lead() const { return begin - wbegin(); }
+  static int64_t AlignDownI(int64_t v) { return v / 4096 * 4096; }
+};
+// The placements of a piece's runs (not for a whole_run piece, which is read as the layer's run).
+std::vector<RunPlacement> PiecePlacements(const std::vector<PieceTensor>& tensors, const Piece& piece);
+// Slot bytes a piece takes: the layer's widened run for a whole_run piece (`run_bytes`), else
+// the sum of its runs' PieceRunSlotBytes.
+int64_t PieceSlotBytes(const std::vector<PieceTensor>& tensors, const Piece& piece, int64_t run_bytes);
 
 }  // namespace k3::plan

@@ -13,13 +13,13 @@ void FfnForward(const ModelConfig& cfg, const FfnWeights& w, const float* x, int
                 float* out) {
   const int64_t I = w.gate.rows;
   std::vector<float> a(static_cast<size_t>(T * I)), b(static_cast<size_t>(T * I));
-  kern::Matmul(w.gate, x, T, a.data());
-  kern::Matmul(w.up, x, T, b.data());
+  TrunkMatmul(w.trunk, w.gate_role, w.gate, x, T, a.data());
+  TrunkMatmul(w.trunk, w.up_role, w.up, x, T, b.data());
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t)
     SituGlu(a.data() + t * I, b.data() + t * I, I, cfg.situ_beta, cfg.situ_linear_beta,
             cfg.situ_linear_capped, a.data() + t * I);
-  kern::Matmul(w.down, a.data(), T, out);
+  TrunkMatmul(w.trunk, w.down_role, w.down, a.data(), T, out);
 }
 
 bool ExpertInputsBf16(const std::string& name) {
@@ -35,7 +35,7 @@ const char* ExpertIsa(const ModelConfig& cfg) {
 void RouteTokens(const ModelConfig& cfg, const MoeWeights& w, const float* x, int64_t T, float* logits,
                  int32_t* idx, float* weights) {
   const int64_t E = cfg.num_experts, K = cfg.top_k;
-  kern::Matmul(w.router, x, T, logits);
+  TrunkMatmul(w.trunk, TensorRole::kMoeGate, w.router, x, T, logits);
   for (int64_t t = 0; t < T; ++t)
     Route(logits + t * E, w.bias.data(), E, K, cfg.moe_renormalize, cfg.routed_scaling_factor, idx + t * K,
           weights + t * K);
@@ -67,7 +67,7 @@ void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, Expe
 
   // 4. latent down-projection; 8 (computed early). shared experts on the full x, unweighted.
   std::vector<float> xl(static_cast<size_t>(T * L));
-  kern::Matmul(w.down_lat, x, T, xl.data());
+  TrunkMatmul(w.trunk, TensorRole::kMoeLatentDown, w.down_lat, x, T, xl.data());
   std::vector<float> shared(static_cast<size_t>(T * H));
   FfnForward(cfg, w.shared, x, T, shared.data());
 
@@ -118,7 +118,7 @@ void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, Expe
   }
 
   // 7. latent up, 8. plus the shared experts.
-  kern::Matmul(w.up_lat, ylat.data(), T, out);
+  TrunkMatmul(w.trunk, TensorRole::kMoeLatentUp, w.up_lat, ylat.data(), T, out);
   for (int64_t i = 0; i < T * H; ++i) out[i] += shared[i];
 }
 

@@ -34,13 +34,13 @@ void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const
   std::vector<float> fa(static_cast<size_t>(T * D)), beta(static_cast<size_t>(T * H));
 
   // 1. projections
-  kern::Matmul(w.q, x, T, q.data());
-  kern::Matmul(w.k, x, T, k.data());
-  kern::Matmul(w.v, x, T, v.data());
-  kern::Matmul(w.b, x, T, beta.data());
-  kern::Matmul(w.f_a, x, T, fa.data());
-  kern::Matmul(w.f_b, fa.data(), T, z.data());
-  kern::Matmul(w.g, x, T, gate.data());
+  TrunkMatmul(w.trunk, TensorRole::kKdaQProj, w.q, x, T, q.data());
+  TrunkMatmul(w.trunk, TensorRole::kKdaKProj, w.k, x, T, k.data());
+  TrunkMatmul(w.trunk, TensorRole::kKdaVProj, w.v, x, T, v.data());
+  TrunkMatmul(w.trunk, TensorRole::kKdaBProj, w.b, x, T, beta.data());
+  TrunkMatmul(w.trunk, TensorRole::kKdaFAProj, w.f_a, x, T, fa.data());
+  TrunkMatmul(w.trunk, TensorRole::kKdaFBProj, w.f_b, fa.data(), T, z.data());
+  TrunkMatmul(w.trunk, TensorRole::kKdaGProj, w.g, x, T, gate.data());
 
   if (journal) {  // the state before the pass and the pre-conv inputs (the conv runs in place)
     journal->recorded = true;
@@ -99,7 +99,7 @@ void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const
               [&](int64_t off, const float* o) {
                 GatedRmsNorm(o, w.o_norm.data(), gate.data() + off, D, cfg.rms_norm_eps, y.data() + off);
               });
-  kern::Matmul(w.o, y.data(), T, out);
+  TrunkMatmul(w.trunk, TensorRole::kKdaOProj, w.o, y.data(), T, out);
 }
 
 void KdaKeepFirst(const ModelConfig& cfg, KdaState& st, const KdaJournal& j, int64_t keep) {

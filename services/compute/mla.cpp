@@ -30,12 +30,12 @@ void MlaForward(const ModelConfig& cfg, const MlaWeights& w, MlaCache& cache, co
   std::vector<float> ckv(static_cast<size_t>(T * ckw));
   std::vector<float> attn(static_cast<size_t>(T * nh * vd)), gate(static_cast<size_t>(T * nh * vd));
 
-  kern::Matmul(w.q_a, x, T, cq.data());
+  TrunkMatmul(w.trunk, TensorRole::kMlaQAProj, w.q_a, x, T, cq.data());
   for (int64_t t = 0; t < T; ++t)
     RmsNorm(cq.data() + t * ql, w.q_a_norm.data(), ql, cfg.mla_norm_eps, cq.data() + t * ql);
-  kern::Matmul(w.q_b, cq.data(), T, q.data());
-  kern::Matmul(w.kv_a, x, T, ckv.data());
-  kern::Matmul(w.g, x, T, gate.data());
+  TrunkMatmul(w.trunk, TensorRole::kMlaQBProj, w.q_b, cq.data(), T, q.data());
+  TrunkMatmul(w.trunk, TensorRole::kMlaKvAProjWithMqa, w.kv_a, x, T, ckv.data());
+  TrunkMatmul(w.trunk, TensorRole::kMlaGProj, w.g, x, T, gate.data());
 
   // Append the chunk's latent rows: normalised c and the raw shared k_pe.
   const int64_t S0 = cache.len;
@@ -49,6 +49,7 @@ void MlaForward(const ModelConfig& cfg, const MlaWeights& w, MlaCache& cache, co
   cache.len = S0 + T;
   const float* C = cache.c.data();
   const float* KP = cache.kpe.data();
+  const kern::DenseMat kv_b = TrunkWhole(w.trunk, TensorRole::kMlaKvBProj, w.kv_b);  // atomic: read per head
 
   // Absorbed attention, one (token, head) pair per iteration: q' = W_UKᵀ q_nope scores the
   // latent directly, and W_UV is applied once to the probability-weighted latent.
@@ -60,7 +61,7 @@ void MlaForward(const ModelConfig& cfg, const MlaWeights& w, MlaCache& cache, co
     const float* qp = qn + nope;
     std::vector<float> qabs(static_cast<size_t>(kl)), mix(static_cast<size_t>(kl));
     std::vector<float> p(static_cast<size_t>(S));
-    kern::MatmulTransposedRows(w.kv_b, h * kvh, nope, qn, qabs.data());
+    kern::MatmulTransposedRows(kv_b, h * kvh, nope, qn, qabs.data());
     for (int64_t s = 0; s < S; ++s) {
       const float* cs = C + s * kl;
       const float* ks = KP + s * rope;
@@ -78,12 +79,12 @@ void MlaForward(const ModelConfig& cfg, const MlaWeights& w, MlaCache& cache, co
     }
     for (int64_t d = 0; d < kl; ++d) mix[d] = static_cast<float>(macc[d]);
     float* a = attn.data() + (t * nh + h) * vd;
-    kern::Matmul(RowBlock(w.kv_b, h * kvh + nope, vd), mix.data(), 1, a);
+    kern::Matmul(RowBlock(kv_b, h * kvh + nope, vd), mix.data(), 1, a);
   }
 
   // Output gate without a norm, then o_proj.
   for (size_t i = 0; i < attn.size(); ++i) attn[i] *= Sigmoid(gate[i]);
-  kern::Matmul(w.o, attn.data(), T, out);
+  TrunkMatmul(w.trunk, TensorRole::kMlaOProj, w.o, attn.data(), T, out);
 }
 
 }  // namespace k3::compute

@@ -92,12 +92,12 @@ void PipelineLayerSource::Logits(const float* X, int64_t T, float* Y) {
       }
       if (span.empty() || !Usable(r)) {  // refilled while in use (reader restart): do it again
         ++c_.stale_refs;
-        ready_.erase(layer);
+        ready_.erase({layer, 0});
         continue;
       }
       c_.trunk_streamed_bytes += r.length;
       ipc::SendMessage(sock_, ipc::Encode(ipc::weights::LayerDone{r.layer, r.slot, r.generation}));
-      ready_.erase(layer);
+      ready_.erase({layer, 0});
       break;
     }
   }

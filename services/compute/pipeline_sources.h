@@ -23,6 +23,7 @@
 #include "common/ipc/shm_arena.h"
 #include "common/ipc/slot_table.h"
 #include "common/ipc/zmq_channel.h"
+#include "common/plan/trunk_pieces.h"
 #include "common/safetensors.h"
 #include "sources.h"
 
@@ -58,8 +59,13 @@ class PipelineLayerSource : public LayerSource, public HeadSource {
   GlobalWeights Globals();
   const LayerWeights& Acquire(int64_t layer) override;
   void Release(int64_t layer) override;
-  // Pinned layers, and ring layers whose announcement already arrived (read ahead).
+  // Pinned layers, and ring layers whose announcement already arrived (read ahead); never a
+  // layer that arrives in pieces (no hint then: prefetch timing changes, ids do not).
   const LayerWeights* Peek(int64_t layer) override;
+  // A layer in pieces (docs/trunk-pieces.md): the next pieces, in the layer's use order.
+  void Apply(int64_t layer, TensorRole role, const kern::DenseMat& W, const float* X, int64_t T,
+             float* Y) override;
+  kern::DenseMat Whole(int64_t layer, TensorRole role, const kern::DenseMat& W) override;
   // HeadSource (pipeline_head_source.cpp): resident views, or rows / chunks from the trunk reader.
   void Embed(const int32_t* ids, int64_t T, float* out) override;
   void Logits(const float* X, int64_t T, float* Y) override;
@@ -68,7 +74,16 @@ class PipelineLayerSource : public LayerSource, public HeadSource {
  private:
   bool Usable(const ipc::weights::LayerReady& r) const;
   void DrainArrived();  // handles announcements that already arrived, without blocking
-  const ipc::weights::LayerReady& WaitFor(int32_t layer);
+  const ipc::weights::LayerReady& WaitFor(int32_t layer, int32_t piece = 0);
+  // Pieces (pipeline_sources.cpp): whether a streamed layer is cut at this slot size, binding
+  // one from its small tensors, and the cursor over its pieces' runs.
+  bool Pieced(int64_t layer) const;
+  void CheckPieces(const ipc::weights::LayerReady& r) const;
+  const LayerWeights& BeginPieced(int32_t layer);
+  void TakePiece(int32_t piece);
+  const plan::PieceRun& NextRun(int64_t layer, TensorRole role);  // the run at the cursor, checked
+  void ReleasePiece();
+  void EndPieced();
   void Handle(const ipc::weights::Message& m);
   TensorResolver Resolver(const ipc::weights::LayerReady& r, int64_t begin, int shard) const;
 
@@ -82,7 +97,21 @@ class PipelineLayerSource : public LayerSource, public HeadSource {
   std::function<bool()> stop_;
   std::vector<int64_t> begin_;  // trunk_begin per layer (+ globals)
   std::vector<int> shard_;
-  std::map<int32_t, ipc::weights::LayerReady> ready_;  // latest announcement per layer
+  std::map<std::pair<int32_t, int32_t>, ipc::weights::LayerReady> ready_;  // latest per (layer, piece)
+  // Per layer: trunk tensors in use order, their roles, and the pieces at the ring's slot size.
+  std::vector<std::vector<plan::PieceTensor>> tensors_;
+  std::vector<std::vector<TensorRole>> roles_;
+  std::vector<std::vector<plan::Piece>> pieces_;
+  struct PieceCursor {  // the pieced layer being computed
+    int32_t layer = -1;
+    int32_t piece = -1;
+    size_t run = 0;  // next run of `piece`
+    std::optional<ipc::weights::LayerReady> held;
+    const uint8_t* base = nullptr;  // the held slot's bytes
+    std::vector<plan::RunPlacement> places;
+  } cur_;
+  std::map<int, std::vector<uint8_t>> small_;  // copies of a pieced layer's small tensors
+  std::vector<float> block_out_;
   std::map<int32_t, LayerWeights> pinned_bound_;
   LayerWeights current_;
   LayerWeights peeked_;  // a ring layer bound by Peek

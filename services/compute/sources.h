@@ -24,7 +24,29 @@ class LayerSource {
   // layer (null otherwise); valid until the next Peek, Acquire or Release. Only for guesses
   // (next-layer expert hints), never for the forward pass itself.
   virtual const LayerWeights* Peek(int64_t /*layer*/) { return nullptr; }
+  // A layer that arrives in pieces (docs/trunk-pieces.md) is bound by Acquire with its small
+  // tensors widened and its matrices as shapes (TrunkRef set); the mixers and FFN then take
+  // each matrix through these, in the layer's use order (common/plan/trunk_pieces.h
+  // LayerUseOrder), and Release ends the layer. Y = W · X, Y [T][W.rows]; bit-identical to
+  // kern::Matmul on the whole matrix (row blocks are independent outputs).
+  virtual void Apply(int64_t /*layer*/, TensorRole /*role*/, const kern::DenseMat& W, const float* X, int64_t T,
+                     float* Y) {
+    kern::Matmul(W, X, T, Y);
+  }
+  // An atomic matrix whole (MLA's kv_b), valid until the next Apply, Whole or Release.
+  virtual kern::DenseMat Whole(int64_t /*layer*/, TensorRole /*role*/, const kern::DenseMat& W) { return W; }
 };
+
+// The mixers' and FFN's matrix product on a trunk matrix: through the source when the layer
+// arrives in pieces, else kern::Matmul on the bound view.
+inline void TrunkMatmul(const TrunkRef& t, TensorRole role, const kern::DenseMat& W, const float* X, int64_t T,
+                        float* Y) {
+  if (t.src) t.src->Apply(t.layer, role, W, X, T, Y);
+  else kern::Matmul(W, X, T, Y);
+}
+inline kern::DenseMat TrunkWhole(const TrunkRef& t, TensorRole role, const kern::DenseMat& W) {
+  return t.src ? t.src->Whole(t.layer, role, W) : W;
+}
 
 // Embedding rows and lm_head logits, when they are not plain views of resident tensors (the
 // pipeline streams them: docs/pipeline.md "Streamed embedding and lm_head"). Results must be

@@ -175,6 +175,9 @@ LayerWeights BindLayer(const ModelConfig& cfg, int64_t l, const TensorResolver& 
     m.lat_norm = Vec(find, N(TensorRole::kMoeLatentNorm), {{L}});
     m.shared = Ffn(find, N(TensorRole::kSharedGateProj), N(TensorRole::kSharedUpProj),
                    N(TensorRole::kSharedDownProj), H, cfg.shared_width());
+    m.shared.gate_role = TensorRole::kSharedGateProj;
+    m.shared.up_role = TensorRole::kSharedUpProj;
+    m.shared.down_role = TensorRole::kSharedDownProj;
   }
   return w;
 }

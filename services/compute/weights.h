@@ -10,9 +10,19 @@
 
 #include "../../common/model_config.h"
 #include "../../common/safetensors.h"
+#include "../../common/tensor_names.h"
 #include "kernels/matmul.h"
 
 namespace k3::compute {
+
+class LayerSource;
+// Set by a source whose layer arrives in pieces (docs/trunk-pieces.md): the big matrices are
+// then shapes only, and every product on them goes through src->Apply (sources.h TrunkMatmul).
+// Unset (standalone, pinned and whole-layer slots): the views hold the bytes.
+struct TrunkRef {
+  LayerSource* src = nullptr;
+  int64_t layer = -1;
+};
 
 // Where a tensor's bytes are: `data` points at info->nbytes bytes.
 struct RawTensor {
@@ -24,6 +34,9 @@ using TensorResolver = std::function<RawTensor(const std::string& name)>;
 
 struct FfnWeights {  // SiTU-GLU MLP: down · SiTU(gate x, up x)
   kern::DenseMat gate, up, down;
+  TensorRole gate_role = TensorRole::kDenseGateProj, up_role = TensorRole::kDenseUpProj,
+             down_role = TensorRole::kDenseDownProj;  // the shared experts' roles in a MoE layer
+  TrunkRef trunk;
 };
 
 struct KdaWeights {
@@ -32,11 +45,13 @@ struct KdaWeights {
   std::vector<float> a_log;                   // first num_heads entries of the padded tensor
   std::vector<float> dt_bias;                 // [P]
   std::vector<float> o_norm;                  // [head_dim], shared by all heads
+  TrunkRef trunk;
 };
 
 struct MlaWeights {
   kern::DenseMat q_a, q_b, kv_a, kv_b, g, o;
   std::vector<float> q_a_norm, kv_a_norm;
+  TrunkRef trunk;
 };
 
 struct MoeWeights {
@@ -46,6 +61,7 @@ struct MoeWeights {
   kern::DenseMat up_lat;        // [H][L]
   std::vector<float> lat_norm;  // routed_expert_norm [L]
   FfnWeights shared;            // fused shared experts at full width
+  TrunkRef trunk;
 };
 
 struct LayerWeights {

@@ -58,11 +58,14 @@ class TrunkReader {
                            " bytes, the pinned layers and globals need " + std::to_string(need));
     ring_arena_ = ipc::ShmArena::Open(f_.ring_arena, true);
     ring_.emplace(ipc::SlotTable::Attach(ring_arena_));
-    const uint64_t run = MaxStreamedRun(layout_, pins_);
-    if (run > ring_->slot_bytes())
-      throw RuntimeFailure(f_.ring_arena + ": ring slots hold " + std::to_string(ring_->slot_bytes()) +
-                           " bytes, the largest streamed layer needs " + std::to_string(run));
     if (f_.stream_lm_head) AppendLmHeadChunks(layout_, ck, cfg, ring_->slot_bytes());
+    // Layers larger than a slot stream in pieces (docs/trunk-pieces.md); a slot below a
+    // layer's largest atomic tensor is refused here, naming the layer.
+    try {
+      CutPieces(layout_, pins_, ring_->slot_bytes());
+    } catch (const Error& e) {
+      throw RuntimeFailure(f_.ring_arena + ": " + e.what());
+    }
     if (!f_.embed_arena.empty()) {
       embed_arena_ = ipc::ShmArena::Open(f_.embed_arena, true);
       const TensorInfo& t = ck.at(ModelTensorName(ModelRole::kEmbedTokens));
@@ -75,9 +78,10 @@ class TrunkReader {
       embed_file_size_ = std::filesystem::file_size(ck.shard_paths().at(static_cast<size_t>(t.shard)));
     }
     ring_->RetireAll();  // after a crash compute may still hold references
-    // Walk positions: layers, the pinned globals, then the lm_head chunks (if any).
-    std::vector<int> fixed = pins_;
-    fixed.push_back(layout_.globals());
+    // Walk positions: each layer's pieces, the pinned globals, then the lm_head chunks (if any).
+    std::vector<int> fixed;
+    for (int l : pins_) fixed.push_back(layout_.position(l, 0));
+    fixed.push_back(layout_.position(layout_.globals(), 0));
     sched_.emplace(layout_.walk_length(), fixed, ring_->slot_count());
     worker_.emplace(ctx_, "trunk-io", f_.io, ck.shard_paths(), f_.inflight);
     ReadPinned();
@@ -113,6 +117,7 @@ class TrunkReader {
     return {{"bytes_read", static_cast<double>(bytes_read_)},
             {"read_mb_s", MBps(bytes_read_, secs)},
             {"layers_streamed", static_cast<double>(layers_streamed_)},
+            {"pieces_streamed", static_cast<double>(pieces_streamed_)},
             {"embed_requests", static_cast<double>(embed_requests_)},
             {"rejected_messages", static_cast<double>(rejects_.rejected + ctl_.rejects().rejected)}};
   }
@@ -169,14 +174,20 @@ class TrunkReader {
   }
 
   void OnMessage(const w::LayerWant& m) {
-    if (m.layer < 0 || m.layer >= layout_.walk_length()) {
+    if (m.layer < 0 || m.layer >= layout_.runs_count()) {
       Send(ipc::Encode(w::LayerFailed{m.layer, w::Error::kOutOfRange,
                                       "layer " + std::to_string(m.layer) + " outside [0, " +
-                                          std::to_string(layout_.walk_length() - 1) + "]"}));
+                                          std::to_string(layout_.runs_count() - 1) + "]"}));
+      return;
+    }
+    if (m.piece < 0 || m.piece >= layout_.pieces_of(m.layer)) {
+      Send(ipc::Encode(w::LayerFailed{m.layer, w::Error::kOutOfRange,
+                                      "layer " + std::to_string(m.layer) + " piece " + std::to_string(m.piece) +
+                                          " outside [0, " + std::to_string(layout_.pieces_of(m.layer) - 1) + "]"}));
       return;
     }
     for (const PinnedEntry& p : pinned_) Send(ipc::Encode(w::LayerReady{p.layer, -1, 0, p.first_byte, p.length}));
-    sched_->Want(m.layer);
+    sched_->Want(layout_.position(m.layer, m.piece));
     // Window layers already in the ring are announced again (the Want says compute has no
     // current reference); the others will be evicted for the new window.
     const std::vector<int> window = sched_->Window();
@@ -189,7 +200,9 @@ class TrunkReader {
 
   void OnMessage(const w::LayerDone& m) {
     if (m.slot == -1) return;  // pinned layers never move; nothing to free
-    if (m.slot < 0 || !sched_->Done(m.layer, static_cast<uint32_t>(m.slot), m.generation)) {
+    const bool known = m.layer >= 0 && m.layer < layout_.runs_count() && m.piece >= 0 && m.piece < layout_.pieces_of(m.layer);
+    if (m.slot < 0 || !known ||
+        !sched_->Done(layout_.position(m.layer, m.piece), static_cast<uint32_t>(m.slot), m.generation)) {
       ++rejects_.rejected;
       rejects_.last_reason = "stale LayerDone for layer " + std::to_string(m.layer) + " slot " +
                              std::to_string(m.slot) + " generation " + std::to_string(m.generation);
@@ -245,18 +258,44 @@ class TrunkReader {
     rejects_.last_reason = "unexpected weights message from compute";
   }
 
+  // A piece of several runs (docs/trunk-pieces.md); null for a whole run (a layer that fits a
+  // slot, the globals, an lm_head chunk), which is read and announced as before pieces.
+  const plan::Piece* CutPiece(const TrunkLayout::Position& p) const {
+    if (p.run >= layout_.num_layers) return nullptr;
+    const plan::Piece& piece = layout_.pieces[static_cast<size_t>(p.run)][static_cast<size_t>(p.piece)];
+    return piece.whole_run ? nullptr : &piece;
+  }
+
   void AnnounceRing(uint32_t s) {
     const auto& slot = sched_->slots()[s];
-    const ReadRun& r = layout_.runs[static_cast<size_t>(slot.layer)];
-    Send(ipc::Encode(w::LayerReady{slot.layer, static_cast<int32_t>(s), slot.generation, r.lead(), r.length()}));
+    const TrunkLayout::Position pos = layout_.walk[static_cast<size_t>(slot.layer)];
+    const ReadRun& r = layout_.runs[static_cast<size_t>(pos.run)];
+    w::LayerReady m{pos.run, static_cast<int32_t>(s), slot.generation, r.lead(), r.length(), pos.piece,
+                    layout_.pieces_of(pos.run)};
+    if (const plan::Piece* piece = CutPiece(pos)) {
+      m.offset = 0;
+      m.length = static_cast<uint64_t>(plan::PieceSlotBytes(layout_.tensors[static_cast<size_t>(pos.run)], *piece, 0));
+    }
+    Send(ipc::Encode(m));
   }
 
   void Pump() {
     while (auto f = sched_->NextFill()) {
-      const ReadRun& r = layout_.runs[static_cast<size_t>(f->layer)];
+      const TrunkLayout::Position pos = layout_.walk[static_cast<size_t>(f->layer)];
+      const ReadRun& r = layout_.runs[static_cast<size_t>(pos.run)];
       uint8_t* dst = ring_->BeginFill(f->slot);
       if (worker_->pending() == 0) t_busy_ = Clock::now();
-      worker_->Submit({f->slot, r.shard, {{r.wbegin, r.wlength(), dst}}});
+      ReadJob job{f->slot, r.shard, {}};
+      if (const plan::Piece* piece = CutPiece(pos)) {  // one read per run, at its slot offset
+        const uint64_t file_size = layout_.shard_sizes.at(static_cast<size_t>(r.shard));
+        for (const plan::RunPlacement& p : plan::PiecePlacements(layout_.tensors[static_cast<size_t>(pos.run)], *piece)) {
+          const ReadRun win = Widen({r.shard, p.begin, p.begin + p.length, p.length}, file_size);
+          job.requests.push_back({win.wbegin, win.wlength(), dst + p.slot_offset});
+        }
+      } else {
+        job.requests.push_back({r.wbegin, r.wlength(), dst});
+      }
+      worker_->Submit(std::move(job));
     }
   }
 
@@ -269,7 +308,8 @@ class TrunkReader {
         continue;
       }
       const auto s = static_cast<uint32_t>(d.tag);
-      const int layer = sched_->slots()[s].layer;
+      const TrunkLayout::Position pos = layout_.walk[static_cast<size_t>(sched_->slots()[s].layer)];
+      const int layer = pos.run;
       if (!d.error.empty()) {
         std::cerr << "[trunk-reader] " << d.error << "\n";
         sched_->Abandon(s);
@@ -278,7 +318,8 @@ class TrunkReader {
       }
       sched_->Filled(s, ring_->Publish(s));
       bytes_read_ += d.bytes;
-      ++layers_streamed_;
+      if (pos.piece + 1 == layout_.pieces_of(pos.run)) ++layers_streamed_;  // a layer's last piece
+      ++pieces_streamed_;
       AnnounceRing(s);
     }
     if (worker_->pending() == 0) read_seconds_ += Seconds(t_busy_);
@@ -309,7 +350,7 @@ class TrunkReader {
   std::optional<zmq::socket_t> router_;
   std::string client_;
   ipc::RejectCounter rejects_;
-  uint64_t bytes_read_ = 0, pinned_bytes_ = 0, layers_streamed_ = 0;
+  uint64_t bytes_read_ = 0, pinned_bytes_ = 0, layers_streamed_ = 0, pieces_streamed_ = 0;
   double pinned_seconds_ = 0, read_seconds_ = 0;
   Clock::time_point t_serve_, t_busy_;
 };

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/model_config.h"
+#include "common/plan/trunk_pieces.h"
 #include "common/read_window.h"
 #include "common/safetensors.h"
 #include "common/tensor_names.h"
@@ -24,8 +25,26 @@ struct TrunkLayout {
   std::vector<ReadRun> runs;
   int64_t lm_chunk_rows = 0;  // rows per lm_head chunk (0: lm_head is in the globals run)
   int lm_chunks = 0;
+  std::vector<uint64_t> shard_sizes;
+  // Per layer: its trunk tensors in use order (common/plan/trunk_pieces.h), and once CutPieces
+  // ran, its pieces for the ring's slot size (one whole_run piece when the layer fits a slot).
+  std::vector<std::vector<plan::PieceTensor>> tensors;
+  std::vector<std::vector<plan::Piece>> pieces;
+  // The walk over pieces (CutPieces): position p carries piece walk[p].piece of run walk[p].run;
+  // run r's pieces are the positions first_pos[r] ... Without CutPieces: one position per run.
+  struct Position {
+    int run = 0;
+    int piece = 0;
+  };
+  std::vector<Position> walk;
+  std::vector<int> first_pos;
   int globals() const { return num_layers; }
-  int walk_length() const { return num_layers + 1 + lm_chunks; }  // positions of the walk
+  int runs_count() const { return static_cast<int>(runs.size()); }
+  int walk_length() const { return walk.empty() ? runs_count() : static_cast<int>(walk.size()); }
+  int pieces_of(int run) const {
+    return run < num_layers && !pieces.empty() ? static_cast<int>(pieces[static_cast<size_t>(run)].size()) : 1;
+  }
+  int position(int run, int piece) const { return first_pos.empty() ? run : first_pos[static_cast<size_t>(run)] + piece; }
 };
 
 // BadModel if a layer's trunk or the globals are missing or split across shards. The globals
@@ -35,6 +54,11 @@ TrunkLayout BuildTrunkLayout(const Checkpoint& ck, const ModelConfig& cfg, Globa
 // Appends lm_head row chunks sized for ring slots of `slot_bytes` (common/plan/head_stream.h).
 // Runtime error when not even one row fits a slot.
 void AppendLmHeadChunks(TrunkLayout& layout, const Checkpoint& ck, const ModelConfig& cfg, uint64_t slot_bytes);
+
+// Cuts every streamed layer into pieces for ring slots of `slot_bytes` (plan::LayerPieces; a
+// pinned layer is one whole piece) and builds the walk over pieces. Call after
+// AppendLmHeadChunks. RuntimeFailure naming the layer when a slot is below its minimum.
+void CutPieces(TrunkLayout& layout, const std::vector<int>& pinned, uint64_t slot_bytes);
 
 // "3,0,7" -> {0,3,7} (sorted, distinct). Empty text -> {}. k3::Error(kExitUsage) on anything
 // that is not a list of layer indices in [0, num_layers) as common/id_list.h spells lists.

@@ -1,8 +1,9 @@
 """The budget is a promise: k3-launch under a hard cgroup-v1 memory limit equal to --budget.
 
 A generated checkpoint with a large vocabulary (lm_head bigger than a ring slot, so it streams
-in several chunks) is run at the plan's floor (embedding rows and lm_head streamed) and at a
-budget that keeps everything resident. For each run:
+in several chunks) is run at the plan's floor (embedding rows and lm_head streamed), at the
+lower floor of the smallest trunk pieces (`--trunk-piece 4096`: every streamed layer in
+pieces, docs/trunk-pieces.md) and at a budget that keeps everything resident. For each run:
 
 - the launcher and everything it spawns live in a fresh memory cgroup whose hard limit is the
   budget (the wrapper shell joins the cgroup, then execs k3-launch); the run must succeed with
@@ -164,11 +165,11 @@ class BudgetCgroupTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         return r.stdout
 
-    def run_limited(self, budget):
+    def run_limited(self, budget, extra=()):
         """k3-launch in a memory cgroup limited to `budget`; returns (ids, logits, usage, peak)."""
         logits = os.path.join(self.tmp, "logits-%d.f32" % budget)
         launch = [os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(budget), "--ids", IDS,
-                  "--dump-logits", logits]
+                  "--dump-logits", logits] + list(extra)
         with MemoryCgroup(budget) as cg:
             # Only the launcher (and what it spawns) joins the cgroup, before exec.
             wrapper = 'echo $$ > "$0"/cgroup.procs && exec "$@"'
@@ -214,6 +215,27 @@ class BudgetCgroupTest(unittest.TestCase):
 
     def test_floor_streams_and_fits(self):
         self.check(self.floor, True)
+
+    def test_pieced_floor_fits(self):
+        # Ring slots of the smallest piece (docs/trunk-pieces.md): the floor is lower, every
+        # streamed layer arrives in pieces, and the run fits a hard cap equal to that floor.
+        flag = ["--trunk-piece", "4096"]
+        r = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", "1", "--dry-run"] + flag,
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 6, r.stderr)
+        floor = int(r.stderr.split("(")[1].split(" bytes")[0])
+        self.assertLess(floor, self.floor)
+        plan = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(floor), "--dry-run"] + flag,
+                              capture_output=True, text=True, timeout=TIMEOUT).stdout
+        self.assertIn("layers in pieces", plan)
+        ids, logits, usage, peak, err = self.run_limited(floor, flag)
+        self.assertEqual(ids, self.expected, err[-2000:])
+        with open(self.sa_logits, "rb") as f:
+            self.assertEqual(logits, f.read(), "logits differ from standalone (pieces)")
+        self.assertLessEqual(usage, floor)
+        self.assertLessEqual(peak, floor, "private memory + shm arenas exceeded the budget")
+        sys.stderr.write("pieced floor %d (whole-layer floor %d): cgroup max usage %d, sampled peak %d\n"
+                         % (floor, self.floor, usage, peak))
 
     def test_resident_fits(self):
         budget = self.floor

@@ -154,8 +154,8 @@ class PipelineTest(unittest.TestCase):
                         # everything streams: the trunk reader must have read the layers again
                         self.assertGreater(rep["service_stats"]["trunk-reader"].get("bytes_read", 0), 0)
 
-    def kill_mid_run(self, exe, after_tokens=2, budget=None):
-        p = self.launch(budget or self.budgets["stream"])
+    def kill_mid_run(self, exe, after_tokens=2, budget=None, extra=()):
+        p = self.launch(budget or self.budgets["stream"], extra=extra)
         victim = service_pid(p.pid, exe)
         # wait for a couple of generated tokens, then kill -9 the service
         got = []
@@ -177,6 +177,11 @@ class PipelineTest(unittest.TestCase):
 
     def test_kill_trunk_reader(self):
         self.kill_mid_run("k3-trunk-reader")
+
+    def test_kill_trunk_reader_with_pieces(self):
+        # Every streamed layer in pieces (the smallest slots): a restarted reader costs time,
+        # not tokens, whatever piece compute was waiting for or holding.
+        self.kill_mid_run("k3-trunk-reader", extra=["--trunk-piece", "4096"])
 
     def test_kill_expert_fetcher_with_hints(self):
         # A restarted fetcher starts empty while compute's guesses keep coming: same ids.
@@ -201,6 +206,58 @@ class PipelineTest(unittest.TestCase):
         out, err = self.finish(p)
         self.assertEqual(p.returncode, 5, err)
         self.assertClean(p.pid)
+
+    def test_trunk_pieces_match_standalone(self):
+        # Ring slots smaller than a layer (docs/trunk-pieces.md): every streamed layer arrives in
+        # pieces (row blocks of its matrices), and ids and the first token's logits stay
+        # bit-identical to standalone's, at the pieced floor and with half the trunk pinned.
+        sa_logits = os.path.join(self.tmp, "pieces-standalone.f32")
+        r = subprocess.run([os.path.join(BIN, "k3-compute"), "--standalone", MODEL, "--ids", IDS, "--gen",
+                            str(GEN), "--threads", "1", "--dump-logits", sa_logits],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(sa_logits, "rb") as f:
+            want_logits = f.read()
+        for piece in ("4096", "48K"):
+            flag = ["--trunk-piece", piece]
+            r = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", "1", "--dry-run"] + flag,
+                               capture_output=True, text=True, timeout=TIMEOUT)
+            self.assertEqual(r.returncode, 6, r.stderr)
+            floor = int(r.stderr.split("(")[1].split(" bytes")[0])
+            self.assertLess(floor, self.floor, "smaller slots lower the floor")
+            # A budget that pins some layers and streams the others in pieces (bisected).
+            lo, hi, middle = floor, self.budgets["pinned"], None
+            for _ in range(40):
+                m = (lo + hi) // 2
+                plan = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(m), "--dry-run"]
+                                      + flag, capture_output=True, text=True, timeout=TIMEOUT).stdout
+                n = int([l for l in plan.splitlines() if l.startswith("pinned layers:")][0].split(":")[1].split(" of ")[0])
+                if 0 < n < self.budgets["total"]:
+                    middle = m
+                    break
+                lo, hi = (m, hi) if n == 0 else (lo, m)
+            self.assertIsNotNone(middle, "no budget pins part of the trunk with pieces")
+            # Multi-run pieces through every read backend (ids; the logits below use pread).
+            for io in ("direct", "uring", "mmap"):
+                with self.subTest(piece=piece, io=io):
+                    p = self.launch(floor, io=io, extra=flag)
+                    out, err = self.finish(p)
+                    self.assertClean(p.pid)
+                    self.assertEqual(p.returncode, 0, err[-3000:])
+                    self.assertEqual([int(x) for x in out.split()], self.expected, err[-3000:])
+            for budget in (floor, middle):
+                with self.subTest(piece=piece, budget=budget):
+                    plan = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(budget),
+                                           "--dry-run"] + flag, capture_output=True, text=True, timeout=TIMEOUT)
+                    self.assertIn("layers in pieces", plan.stdout)
+                    logits = os.path.join(self.tmp, "pieces-%s-%d.f32" % (piece, budget))
+                    p = self.launch(budget, extra=flag + ["--dump-logits", logits])
+                    out, err = self.finish(p)
+                    self.assertClean(p.pid)
+                    self.assertEqual(p.returncode, 0, err[-3000:])
+                    self.assertEqual([int(x) for x in out.split()], self.expected, err[-3000:])
+                    with open(logits, "rb") as f:
+                        self.assertEqual(f.read(), want_logits, "logits differ from standalone")
 
     def test_budget_below_floor_refused(self):
         p = self.launch(self.floor - 1)
@@ -349,20 +406,35 @@ class ReleasePlanTest(unittest.TestCase):
         toml = os.path.join(tempfile.mkdtemp(prefix="k3-pipe-rel-"), "r.toml")
         with open(toml, "w") as f:
             f.write('model = "%s"\n' % self.RELEASE)
-        pinned = []
-        for budget in ("8G", "32G", "128G"):
-            r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", budget, "--dry-run"],
+        def pinned_at(budget, extra=()):
+            r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", budget, "--dry-run"] + list(extra),
                                capture_output=True, text=True, timeout=TIMEOUT)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("config + index", r.stdout)
             for region in ("trunk-pinned", "trunk-ring", "experts", "kda-state", "mla-cache"):
                 self.assertIn(region, r.stdout)
             line = [l for l in r.stdout.splitlines() if l.startswith("pinned layers:")][0]
-            pinned.append(int(line.split(":")[1].split(" of ")[0]))
+            return int(line.split(":")[1].split(" of ")[0]), r.stdout
+
+        # Whole-layer slots (--trunk-piece layer): a 2 x 2.18 GiB ring, so 8G pins no layer
+        # (lm_head takes the room) and 4G is below the 5.67 GiB floor.
+        whole = ["--trunk-piece", "layer"]
+        pinned = [pinned_at(b, whole)[0] for b in ("8G", "32G", "128G")]
         self.assertEqual(pinned[0], 0)
         self.assertLess(pinned[0], pinned[1])
         self.assertEqual(pinned[2], 93)
-        r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", "4G", "--dry-run"],
+        r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", "4G", "--dry-run"] + whole,
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 6)
+        self.assertIn("floor", r.stderr)
+        # Trunk pieces (the default, docs/trunk-pieces.md): 2G plans with the layers in pieces,
+        # and the room the small ring frees at 8G pins at least one 2.18 GiB layer.
+        n2, out2 = pinned_at("2G")
+        self.assertEqual(n2, 0)
+        self.assertIn("layers in pieces", out2)
+        self.assertGreater(pinned_at("8G")[0], 0)
+        self.assertEqual(pinned_at("128G")[0], 93)
+        r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", "1G", "--dry-run"],
                            capture_output=True, text=True, timeout=TIMEOUT)
         self.assertEqual(r.returncode, 6)
         self.assertIn("floor", r.stderr)

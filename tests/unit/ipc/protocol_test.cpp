@@ -39,6 +39,19 @@ TEST(Protocol, WeightsRoundTrip) {
             "weights.LayerFailed");
   RoundTrip(weights::LayerWant{0}, DecodeWeights, "weights.LayerWant");
   RoundTrip(weights::LayerWant{93}, DecodeWeights, "weights.LayerWant");
+  // Trunk pieces (docs/trunk-pieces.md): the appended fields survive, and their defaults mean
+  // "a whole layer" for a sender that does not set them.
+  RoundTrip(weights::LayerReady{7, 2, 9, 0, 67104768ull, 5, 31}, DecodeWeights, "weights.LayerReady");
+  RoundTrip(weights::LayerDone{7, 2, 9, 30}, DecodeWeights, "weights.LayerDone");
+  RoundTrip(weights::LayerWant{7, 12}, DecodeWeights, "weights.LayerWant");
+  {
+    Encoded e = Encode(weights::LayerReady{1, 0, 1, 0, 1});
+    auto kind = e.kind.bytes();
+    const auto r = DecodeWeights(KindSpan(kind), e.payload);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(std::get<weights::LayerReady>(r.value()).piece, 0);
+    EXPECT_EQ(std::get<weights::LayerReady>(r.value()).pieces, 1);
+  }
   RoundTrip(weights::EmbedRows{7, {0, 163839, 42, 42}}, DecodeWeights, "weights.EmbedRows");
   RoundTrip(weights::EmbedRows{8, {}}, DecodeWeights, "weights.EmbedRows");
   RoundTrip(weights::EmbedRowsReady{7, {1234, 8192 + 1234, 1ull << 33, 0}, 14336}, DecodeWeights,

@@ -66,6 +66,18 @@ TEST(SizeArenas, EqualsThePlanAtEveryBudget) {
   }
   EXPECT_GT(seen_streamed_head, 0);
   EXPECT_GT(seen_all_pinned, 0);
+  // Trunk pieces (docs/trunk-pieces.md): slots smaller than the layers, and whole-layer slots.
+  int seen_pieced = 0;
+  for (const int64_t piece : {int64_t{4096}, 5 * kMiB + 1, plan::kTrunkPieceLayer}) {
+    o.trunk_piece = piece;
+    const int64_t f = plan::PlanFloor(m.plan_model, o);
+    for (int64_t b = f; b < f + 300 * kMiB; b += 11 * kMiB + 777) {
+      const plan::MemoryPlan p = plan::MakePlan(m.plan_model, b, o);
+      ExpectEqualToPlan(SizeArenas(m, p), p);
+      seen_pieced += p.trunk_pieced;
+    }
+  }
+  EXPECT_GT(seen_pieced, 0);
 }
 
 TEST(SizeArenas, ComputedFromTheLayoutNotCopiedFromThePlan) {
@@ -85,7 +97,8 @@ TEST(SizeArenas, ComputedFromTheLayoutNotCopiedFromThePlan) {
   EXPECT_EQ(a.expert_slot_bytes, Widened(m.plan_model.expert_bytes));
   EXPECT_EQ(a.experts, static_cast<int64_t>(ipc::SlotTable::BytesNeeded(static_cast<uint32_t>(p.expert_slots),
                                                                         static_cast<uint64_t>(a.expert_slot_bytes))));
-  if (widest_streamed > 0) {
+  if (widest_streamed > 0) {  // 64 MiB pieces: more than any layer here, so whole-layer slots
+    EXPECT_FALSE(p.trunk_pieced);
     EXPECT_GE(a.ring_slot_bytes, widest_streamed);
   }
 

@@ -41,7 +41,7 @@ PlanOptions SmallOptions() {
 }
 
 // Checks that hold for every plan, computed from the inputs rather than from the planner.
-void CheckInvariants(const PlanModel& m, const MemoryPlan& p) {
+void CheckInvariants(const PlanModel& m, const MemoryPlan& p, const PlanOptions& o = {}) {
   SCOPED_TRACE("budget " + std::to_string(p.budget));
   int64_t sum = 0;
   for (const auto& r : p.regions()) {
@@ -66,7 +66,19 @@ void CheckInvariants(const PlanModel& m, const MemoryPlan& p) {
   }
   if (largest_unpinned > 0) {
     EXPECT_GE(p.ring_slots, 2);
-    EXPECT_GE(p.ring_slot_bytes, Widened(largest_unpinned));
+    // Whole-layer slots hold the largest unpinned layer; with trunk pieces a slot is at least
+    // the piece size (or the whole layer, if that is smaller), and layers larger than a slot
+    // stream in pieces with read-ahead slots: 1 + read_ahead / slot.
+    if (o.trunk_piece == kTrunkPieceLayer) {
+      EXPECT_GE(p.ring_slot_bytes, Widened(largest_unpinned));
+    } else {
+      EXPECT_GE(p.ring_slot_bytes, std::min(Widened(largest_unpinned), o.trunk_piece));
+    }
+    EXPECT_EQ(p.trunk_pieced, p.ring_slot_bytes < Widened(largest_unpinned));
+    if (p.trunk_pieced && o.ring_slots == 0) {
+      const int64_t ahead = std::min(o.read_ahead, Widened(largest_unpinned));
+      EXPECT_GE(p.ring_slots, 1 + (ahead + p.ring_slot_bytes - 1) / p.ring_slot_bytes);
+    }
     EXPECT_GE(p.ring_bytes, p.ring_slots * p.ring_slot_bytes);
     // Largest first: nothing pinned is smaller than something left unpinned.
     if (!p.pinned_layers.empty()) {
@@ -104,8 +116,75 @@ TEST(MemoryPlan, BelowFloorRefusedWithTheFloorInTheMessage) {
     EXPECT_EQ(e.code(), kExitBudget);
     EXPECT_NE(std::string(e.what()).find(std::to_string(floor)), std::string::npos) << e.what();
   }
-  // The floor covers a ring of two largest layers and top_k experts at least.
-  EXPECT_GE(floor, 2 * Widened(90 * kMiB) + 4 * (3 * kMiB + 4096));
+  // With whole-layer slots the floor covers a ring of two largest layers and top_k experts.
+  PlanOptions whole = o;
+  whole.trunk_piece = kTrunkPieceLayer;
+  EXPECT_GE(PlanFloor(m, whole), 2 * Widened(90 * kMiB) + 4 * (3 * kMiB + 4096));
+}
+
+// docs/trunk-pieces.md §5: slots smaller than a layer lower the floor to N x slot + the rest;
+// the floor then rises with the largest atomic piece (not the largest layer); extra budget
+// pins as before; ring_slots overrides the count.
+TEST(MemoryPlan, TrunkPiecesSizeTheRing) {
+  const PlanModel m = Synthetic();
+  PlanOptions whole = SmallOptions();
+  whole.trunk_piece = kTrunkPieceLayer;
+  PlanOptions o = SmallOptions();
+  o.trunk_piece = 16 * kMiB;
+  o.read_ahead = 32 * kMiB;
+  const int64_t floor_whole = PlanFloor(m, whole), floor = PlanFloor(m, o);
+  const MemoryPlan at_floor = MakePlan(m, floor, o);
+  EXPECT_TRUE(at_floor.trunk_pieced);
+  EXPECT_EQ(at_floor.ring_slot_bytes, 16 * kMiB);
+  EXPECT_EQ(at_floor.ring_slots, 3);  // one computing + 32 MiB read ahead
+  EXPECT_NE(at_floor.Table().find("layers in pieces"), std::string::npos) << at_floor.Table();
+  // Three 16 MiB slots, nothing pinned, where whole-layer slots need 2 x 41 MiB with the
+  // 90 MiB layer pinned (the cheapest floor then).
+  EXPECT_TRUE(at_floor.pinned_layers.empty());
+  EXPECT_LT(floor, floor_whole - 100 * kMiB);
+  for (int64_t b = floor; b < floor + 600 * kMiB; b += 7 * kMiB + 12345) CheckInvariants(m, MakePlan(m, b, o), o);
+  // A piece never goes below the layers' smallest slot: an atomic tensor of 40 MiB raises it.
+  PlanModel atomic = m;
+  atomic.min_piece_slot.assign(m.trunk_bytes.size(), 4096);
+  atomic.min_piece_slot[0] = 40 * kMiB;
+  const MemoryPlan a = MakePlan(atomic, PlanFloor(atomic, o), o);
+  EXPECT_TRUE(a.pinned_layers.empty());
+  EXPECT_EQ(a.ring_slot_bytes, 40 * kMiB);
+  EXPECT_GT(PlanFloor(atomic, o), floor);
+  // ... but never above the layer itself: a 25 MiB layer streams through a 25 MiB slot.
+  atomic.min_piece_slot[0] = 4096;
+  atomic.min_piece_slot[3] = 40 * kMiB;
+  EXPECT_EQ(LayerMinPieceSlot(atomic, 3), Widened(25 * kMiB));
+  // A slot at least the largest layer is a whole-layer ring: 2 slots, no pieces.
+  PlanOptions big = o;
+  big.trunk_piece = 1024 * kMiB;
+  const MemoryPlan b = MakePlan(m, PlanFloor(m, big), big);
+  EXPECT_FALSE(b.trunk_pieced);
+  EXPECT_EQ(b.ring_slots, 2);
+  int64_t largest_unpinned = 0;
+  for (int l = 0; l < m.cfg.num_layers; ++l)
+    if (std::count(b.pinned_layers.begin(), b.pinned_layers.end(), l) == 0)
+      largest_unpinned = std::max(largest_unpinned, m.trunk_bytes[static_cast<size_t>(l)]);
+  EXPECT_EQ(b.ring_slot_bytes, Widened(largest_unpinned));
+  // ring_slots (TOML) overrides the count.
+  PlanOptions two = o;
+  two.ring_slots = 2;
+  EXPECT_EQ(MakePlan(m, PlanFloor(m, two), two).ring_slots, 2);
+  EXPECT_LT(PlanFloor(m, two), floor);
+}
+
+TEST(ParseTrunkPiece, LayerSizesAndErrors) {
+  EXPECT_EQ(ParseTrunkPiece("layer"), kTrunkPieceLayer);
+  EXPECT_EQ(ParseTrunkPiece("64M"), 64 * kMiB);
+  EXPECT_EQ(ParseTrunkPiece("4096"), 4096);
+  for (const char* bad : {"", "auto", "100", "layers", "-64M", "64Q"}) {
+    try {
+      ParseTrunkPiece(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), kExitUsage) << bad;
+    }
+  }
 }
 
 TEST(MemoryPlan, FloorIsMonotone) {
@@ -123,8 +202,11 @@ TEST(MemoryPlan, FloorIsMonotone) {
   m.expert_bytes *= 2;
   EXPECT_GT(PlanFloor(m, o), base);
   m = Synthetic();
-  m.trunk_bytes[0] *= 2;  // the largest layer sets the ring slot size
-  EXPECT_GT(PlanFloor(m, o), base);
+  PlanOptions whole = o;
+  whole.trunk_piece = kTrunkPieceLayer;
+  const int64_t base_whole = PlanFloor(m, whole);
+  m.trunk_bytes[0] *= 2;  // whole-layer slots: the largest layer sets the ring slot size
+  EXPECT_GT(PlanFloor(m, whole), base_whole);
   m = Synthetic();
   m.cfg.top_k = 8;
   EXPECT_GT(PlanFloor(m, o), base);
@@ -345,14 +427,19 @@ TEST_F(RealRelease, EveryTrunkTensorIsInTheIndexInItsLayersShard) {
   EXPECT_EQ(n, 2460u - 5u);  // docs/model.md, "Release sizes": 2,460 text tensors, 5 of them model-level
 }
 
-TEST_F(RealRelease, PlansAt8G32G128G) {
+TEST_F(RealRelease, PlansAt2G4G8G32G128G) {
   const PlanModel m = PlanModelFromConfig(*cfg_);
   const PlanOptions o;
   const int64_t floor = PlanFloor(m, o);
   std::cout << "real floor (context " << o.context << "): " << FormatBytes(floor) << "\n";
-  EXPECT_LT(floor, 8 * kGiB);
+  // Issue 16: trunk pieces bring the floor at context 4096 to at most 2.0 GiB (5.67 GiB with
+  // whole-layer slots).
+  EXPECT_LE(floor, 2 * kGiB);
+  PlanOptions whole;
+  whole.trunk_piece = kTrunkPieceLayer;
+  EXPECT_GT(PlanFloor(m, whole), 5 * kGiB);
   size_t prev_pinned = 0;
-  for (int64_t gib : {8, 32, 128}) {
+  for (int64_t gib : {2, 4, 8, 32, 128}) {
     const MemoryPlan p = MakePlan(m, gib * kGiB, o);
     std::cout << "---- budget " << gib << "G: " << p.pinned_layers.size() << " layers pinned, lm_head "
               << (p.lm_head_resident ? "resident" : "streamed") << ", " << p.expert_slots << " expert slots\n"

@@ -9,6 +9,7 @@
 #include "services/expert_fetcher/expert_cache.h"
 #include "services/trunk_reader/ring_scheduler.h"
 #include "services/trunk_reader/trunk_layout.h"
+#include "tests/unit/services/service_harness.h"
 
 namespace k3::svc {
 namespace {
@@ -46,6 +47,78 @@ TEST(PinnedPlan, PacksAlignedWithGlobalsLast) {
   EXPECT_EQ(p[2].arena_offset, 8192u + 20480 - 8192);
   EXPECT_EQ(total, p[2].arena_offset + 4096);  // window [16384, 20480) covers 20000..20100
   EXPECT_EQ(MaxStreamedRun(l, {0, 2}), 12288u - 4096);
+}
+
+// docs/trunk-pieces.md §9 step 1: the pieces of every layer, cut from the shard headers, read
+// each byte of the layer's tensors exactly once, and every run fits its slot at an aligned offset.
+TEST(TrunkPiecesLayout, PiecesCoverExactlyEachLayersTensors) {
+  const std::string dir = test::TinyCheckpoint();
+  const Checkpoint ck = Checkpoint::Open(dir);
+  const ModelConfig cfg = LoadModelConfig(dir + "/config.json");
+  TrunkLayout layout = BuildTrunkLayout(ck, cfg);
+  int64_t min_slot = 0, widest = 0;
+  for (int l = 0; l < layout.num_layers; ++l) {
+    min_slot = std::max(min_slot, plan::MinPieceSlot(layout.tensors[static_cast<size_t>(l)]));
+    widest = std::max(widest, static_cast<int64_t>(layout.runs[static_cast<size_t>(l)].wlength()) + 4096);
+  }
+  for (const int64_t slot : {min_slot, 3 * min_slot + 4096, widest}) {
+    SCOPED_TRACE("slot " + std::to_string(slot));
+    CutPieces(layout, {2}, static_cast<uint64_t>(slot));
+    int cut_layers = 0;
+    size_t positions = 0;
+    for (int l = 0; l < layout.num_layers; ++l) {
+      const auto& tensors = layout.tensors[static_cast<size_t>(l)];
+      const auto& pieces = layout.pieces[static_cast<size_t>(l)];
+      positions += pieces.size();
+      // What the layer must deliver: each tensor's bytes, from the shard header.
+      std::vector<std::pair<int64_t, int64_t>> want, got;
+      for (const std::string& name : LayerTrunkNames(cfg, l)) {
+        const TensorInfo& t = ck.at(name);
+        want.push_back({t.file_offset, t.file_offset + t.nbytes});
+      }
+      if (pieces.size() == 1 && pieces[0].whole_run) {
+        const ReadRun& r = layout.runs[static_cast<size_t>(l)];
+        for (auto [b, e] : want) EXPECT_TRUE(b >= static_cast<int64_t>(r.begin) && e <= static_cast<int64_t>(r.end));
+        EXPECT_TRUE(l == 2 || static_cast<int64_t>(r.length()) + 4096 <= slot) << "layer " << l << " fits a slot";
+        continue;
+      }
+      ++cut_layers;
+      EXPECT_NE(l, 2) << "a pinned layer is one whole piece";
+      for (const plan::Piece& p : pieces) {
+        int64_t end = 0;
+        for (const plan::RunPlacement& pl : plan::PiecePlacements(tensors, p)) {
+          EXPECT_EQ(pl.slot_offset % 4096, 0);
+          EXPECT_GE(pl.slot_offset, end) << "runs overlap in the slot";
+          end = pl.slot_offset + pl.lead() + pl.length;
+          EXPECT_LE(end, slot) << "layer " << l << ": a run past its slot";
+          got.push_back({pl.begin, pl.begin + pl.length});
+        }
+      }
+      std::sort(want.begin(), want.end());
+      std::sort(got.begin(), got.end());
+      // Merge adjacent intervals on both sides; equal merged lists + equal totals = exactly once.
+      auto merged = [](std::vector<std::pair<int64_t, int64_t>> v) {
+        std::vector<std::pair<int64_t, int64_t>> out;
+        for (auto iv : v) {
+          if (!out.empty() && iv.first == out.back().second) out.back().second = iv.second;
+          else out.push_back(iv);
+        }
+        return out;
+      };
+      int64_t want_bytes = 0, got_bytes = 0;
+      for (auto [b, e] : want) want_bytes += e - b;
+      for (auto [b, e] : got) got_bytes += e - b;
+      EXPECT_EQ(got_bytes, want_bytes) << "layer " << l;
+      EXPECT_EQ(merged(got), merged(want)) << "layer " << l;
+    }
+    if (slot == min_slot) {
+      EXPECT_GT(cut_layers, 0) << "the smallest slot cuts some layer";
+    }
+    if (slot == widest) {
+      EXPECT_EQ(cut_layers, 0);
+    }
+    EXPECT_EQ(static_cast<size_t>(layout.walk_length()), positions + 1) << "pieces, then the globals";
+  }
 }
 
 TEST(RingScheduler, FillsWindowInWalkOrderSkippingPinned) {

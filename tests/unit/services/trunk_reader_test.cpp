@@ -7,6 +7,7 @@
 
 #include "common/io/block_reader.h"
 #include "common/model_config.h"
+#include "common/plan/trunk_pieces.h"
 #include "common/safetensors.h"
 #include "common/tensor_names.h"
 #include "service_harness.h"
@@ -176,6 +177,66 @@ TEST_F(TrunkReaderTest, RingReadsAheadInWalkOrder) {
   }
   EXPECT_EQ(after, (std::vector<int>{5, 7, 8}));
   EXPECT_EQ(reader_.Wait(10ms), -1) << "still running";
+}
+
+// docs/trunk-pieces.md: with slots of the smallest piece, a layer arrives as pieces of several
+// runs, each run's bytes where PiecePlacements says, announced as piece p of P.
+TEST_F(TrunkReaderTest, StreamsLayersInPiecesWhenSlotsAreSmall) {
+  std::vector<std::vector<plan::PieceTensor>> tensors;
+  int64_t slot = 0;
+  for (int l = 0; l < setup_.n; ++l) {
+    tensors.push_back(plan::LayerPieceTensors(setup_.ck, setup_.cfg, l));
+    slot = std::max(slot, plan::MinPieceSlot(tensors.back()));
+  }
+  ring_.Unlink();
+  ring_ = ipc::ShmArena::Create(launcher_.ArenaName("trunk-ring"),
+                                ipc::SlotTable::BytesNeeded(kRingSlots, static_cast<uint64_t>(slot)));
+  ipc::SlotTable::Format(ring_, kRingSlots, static_cast<uint64_t>(slot));
+  Start("pread", "");
+  Peer compute(launcher_.ctx(), launcher_.Endpoint("trunk"));
+  const ByteRange run = LayerTrunkRange(setup_.ck, setup_.cfg, 0);
+  const std::vector<plan::Piece> pieces = plan::LayerPieces(tensors[0], run.end - run.begin, slot);
+  ASSERT_GT(pieces.size(), 1u) << "layer 0 should not fit a " << slot << "-byte slot";
+  const auto count = static_cast<int32_t>(pieces.size());
+  compute.Send(w::LayerWant{0, 0});
+  auto table = ipc::SlotTable::Attach(ring_);
+  std::map<int32_t, w::LayerReady> arrived;
+  for (int32_t p = 0; p < count; ++p) {
+    while (!arrived.count(p)) {
+      auto r = NextReady(compute);
+      ASSERT_TRUE(r) << "piece " << p << "\n" << launcher_.ReadStderr("trunk-reader");
+      if (r->slot == -1) continue;  // the globals
+      ASSERT_EQ(r->layer, 0) << "the window is layer 0's pieces first";
+      arrived[r->piece] = *r;
+    }
+    const w::LayerReady& r = arrived[p];
+    EXPECT_EQ(r.pieces, count);
+    EXPECT_EQ(r.offset, 0u);
+    EXPECT_EQ(static_cast<int64_t>(r.length), plan::PieceSlotBytes(tensors[0], pieces[static_cast<size_t>(p)], 0));
+    const auto bytes = table.Read({static_cast<uint32_t>(r.slot), r.generation});
+    ASSERT_FALSE(bytes.empty());
+    for (const plan::RunPlacement& pl : plan::PiecePlacements(tensors[0], pieces[static_cast<size_t>(p)])) {
+      const std::vector<uint8_t> want = FileBytes(setup_.ck.shard_paths()[run.shard], pl.begin, pl.length);
+      ASSERT_LE(pl.slot_offset + pl.lead() + pl.length, static_cast<int64_t>(bytes.size()));
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), bytes.data() + pl.slot_offset + pl.lead()))
+          << "piece " << p << " run at file offset " << pl.begin;
+    }
+    compute.Send(w::LayerDone{0, r.slot, r.generation, p});
+  }
+  // A piece past the layer's last is refused, naming the range.
+  compute.Send(w::LayerWant{0, count});
+  for (;;) {
+    auto m = compute.Recv(ipc::DecodeWeights);
+    ASSERT_TRUE(m.has_value()) << "no LayerFailed for a piece out of range";
+    if (auto* f = std::get_if<w::LayerFailed>(&*m)) {
+      EXPECT_EQ(f->error, w::Error::kOutOfRange);
+      EXPECT_NE(f->detail.find("piece"), std::string::npos) << f->detail;
+      break;
+    }
+  }
+  auto stats = launcher_.ShutdownAndStats("trunk-reader");
+  EXPECT_EQ(stats["rejected_messages"], 0);
+  EXPECT_GE(stats["pieces_streamed"], count);
 }
 
 TEST_F(TrunkReaderTest, RejectsMalformedAndStaleMessagesAndKeepsAnswering) {
