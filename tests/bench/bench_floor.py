@@ -153,9 +153,11 @@ def main():
                                           bp.fmt_b(s["trunk_per_tok"]), bp.fmt_b(s["expert_per_tok"]),
                                           usage / 2**20, "equal" if ids == expected else "DIFFER", s["load"]))
 
+    with open(os.path.join(runs, "rows.json"), "w") as f:  # every run's numbers, for a later look
+        json.dump([{k: v for k, v in pt.items()} for pt in points], f, indent=1)
     lines = ["", "Checkpoint %s (real K3 layer geometry, 4 layers, 64 experts), prompt one id, --gen %d, --io %s, "
              "--threads %d, context 4096, %d repeats interleaved, page cache dropped before every run; virtual disk "
-             "cached by its host. Raw O_DIRECT in this run: %s MB/s (1 MiB x 4 / 4 MiB x 8)." %
+             "cached by its host. Raw O_DIRECT in this run: %s / %s MB/s (1 MiB x 4 / 4 MiB x 8)." %
              (ckpt, a.gen, a.io, a.threads, a.repeats, raw.get("d4_c1M"), raw.get("d8_c4M")),
              "", "| point | budget | cap | plan | s/token (median) | runs | read/token (median) | trunk/token | "
              "experts/token | read MB/s (bytes/token / s/token) | cgroup peak MiB | OOM | ids = standalone |",
