@@ -124,7 +124,7 @@ TEST_P(ReadWorkerTest, NextJobStartsWhileLastChunksInFlight) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReadWorkerTest, ::testing::Values("direct", "pread", "uring", "mmap"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& p) { return std::string(p.param); });
 
 }  // namespace
 }  // namespace k3::svc
