@@ -55,7 +55,7 @@ Fixed FixedCosts(const PlanModel& m, const PlanOptions& o) {
   const int64_t chunk = std::max(o.prefill_chunk, o.spec_drafts > 0 ? o.spec_drafts + 1 : 0);
   f.scratch = 4 * (chunk * per_token + c.mla_heads * o.context + c.vocab_size);
   f.spec = SpecRollbackBytes(c, o.spec_drafts);
-  f.overhead = 4 * o.process_overhead;
+  f.overhead = kPlannedProcesses * o.process_overhead;
   f.tokenizer = o.tokenizer_bytes;
   // Each expert in flight from the server sits whole in a ZeroMQ frame until it is copied.
   f.remote = o.remote_expert_frames * m.expert_bytes;
@@ -340,7 +340,7 @@ std::vector<Region> MemoryPlan::regions() const {
       {"compute", "mla-cache", mla_cache, "latent cache, fp32"},
       {"compute", "scratch", scratch, "activations (estimate)"},
       {"tokenizer", "tables", tokenizer, ""},
-      {"all", "process-overhead", overhead, "4 processes"},
+      {"all", "process-overhead", overhead, std::to_string(kPlannedProcesses) + " processes"},
       {"shm", "trunk-pinned", pinned_bytes, std::to_string(pinned_layers.size()) + " layers + " + globals},
       {"shm", "trunk-ring", ring_bytes,
        std::to_string(ring_slots) + " slots x " + FormatBytes(ring_slot_bytes) +

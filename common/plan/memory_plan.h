@@ -18,14 +18,32 @@
 
 namespace k3::plan {
 
+// The processes of a run with a tokenizer: the launcher, compute, the trunk reader, the expert
+// fetcher and the tokenizer. A run without a tokenizer has one fewer; the plan counts five.
+constexpr int kPlannedProcesses = 5;
+// Private memory (heap, stacks, code and libraries: RssAnon + RssFile) of one process beyond
+// its own plan regions. Measured, not guessed: docs/trunk-pieces.md §7 and
+// tests/bench/results/2026-12-01-floor-peaks.md (bench_floor_peaks.py, peaks under a hard
+// cgroup cap at the floor). The largest peak seen was 15.6 MiB (the launcher, tiny model);
+// at real layer geometry with threads = cores the reader, fetcher and launcher peaked at
+// 9.3-11.1 MiB. 24 MiB is 1.5x the largest; the file pages (6.5-8.4 MiB of each) are mostly the
+// same shared libraries, charged once in a cgroup, which is further margin.
+constexpr int64_t kProcessOverheadBytes = 24ll << 20;
+// The tokenizer process's tables (vocabulary, merge ranks, added tokens) at the release's
+// 163,840 ids, on top of its overhead share: measured with a generated 163,840-id vocabulary
+// (ranks up to 16 bytes, 13.6 on average), the whole process peaked at 42.6 MiB private,
+// 36.3 MiB of it anon against about 3 MiB for a service without tables, so the tables take
+// about 33 MiB. 48 MiB is 1.45x that.
+constexpr int64_t kTokenizerTablesBytes = 48ll << 20;
+
 struct PlanOptions {
   int64_t context = 4096;                       // tokens the MLA cache must hold
   int64_t prefill_chunk = 64;                   // prompt tokens per forward chunk (scratch size)
   int ring_slots = 0;                           // trunk ring depth (0: TrunkRingSlots; else >= 2)
   int64_t trunk_piece = kTrunkPieceBytes;       // ring slot size (kTrunkPieceLayer: whole layers)
   int64_t read_ahead = kTrunkReadAhead;         // read ahead of compute when layers stream in pieces
-  int64_t tokenizer_bytes = 64ll << 20;         // vocabulary + merge tables
-  int64_t process_overhead = 64ll << 20;        // code, heap, ZeroMQ buffers per process (4 processes)
+  int64_t tokenizer_bytes = kTokenizerTablesBytes;    // vocabulary + merge tables
+  int64_t process_overhead = kProcessOverheadBytes;  // per process, kPlannedProcesses of them
   int64_t lm_head_window = 256ll << 20;         // lm_head chunk when no trunk layer streams
   int64_t embed_window = 16ll << 20;            // embed-window arena when not resident
   int64_t max_pinned_trunk = -1;                // config override: cap on pinned trunk bytes (-1 = none)

@@ -31,6 +31,9 @@ class Forward {
     torn_ = false;
   }
   bool torn() const { return torn_; }
+  // The sequence will hold at most `positions` tokens (the context): the MLA caches take
+  // their whole size now instead of growing (SequenceState::ReserveContext).
+  void ReserveContext(int64_t positions) { state_.ReserveContext(cfg_, positions); }
 
   // Consumes ids[0..T) after the current state. logits receives [T][vocab] when
   // all_positions, else [vocab] for the last token only; null skips the head.

@@ -41,6 +41,7 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
     }
   };
 
+  if (p.max_positions > 0) fwd.ReserveContext(p.max_positions);
   GreedyResult r;
   r.full = p.ids;
   auto stop_now = [&] { return hooks.should_stop && hooks.should_stop(); };

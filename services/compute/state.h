@@ -42,6 +42,17 @@ struct SequenceState {
     }
     position = 0;
   }
+
+  // Room for `positions` rows in every MLA cache up front, so the cache never reallocates
+  // (a reallocation holds the old and the new buffer at once) and its size is the plan's
+  // mla-cache region exactly. Rows already there stay; a smaller reserve is a no-op.
+  void ReserveContext(const ModelConfig& cfg, int64_t positions) {
+    for (size_t l = 0; l < mla.size(); ++l) {
+      if (cfg.layer_kind[l] != MixerKind::MLA) continue;
+      mla[l].c.reserve(static_cast<size_t>(positions * cfg.kv_lora_rank));
+      mla[l].kpe.reserve(static_cast<size_t>(positions * cfg.qk_rope_head_dim));
+    }
+  }
 };
 
 }  // namespace k3::compute

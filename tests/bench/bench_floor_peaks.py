@@ -3,13 +3,17 @@
 estimate for it, in a run at the plan's floor. Not a test: it prints a table.
 
     bench_floor_peaks.py BIN_DIR [--model DIR] [--toml FILE] [--ids 1,5,9] [--gen 5]
-                         [--budget BYTES] [--cap]
+                         [--budget BYTES] [--cap] [--threads N] [--tokenizer DIR | --make-vocab N]
 
 Without --model/--toml it generates the checkpoint test_budget_cgroup.py uses (tiny preset,
 13 layers, 64 experts, vocabulary 8192) in a temporary directory. The budget is the plan's
 floor (from the dry run's exit-6 message) unless --budget is given. With --cap, k3-launch runs
 in a cgroup-v1 memory cgroup limited to the budget (only the launcher and its children join;
-the cgroup is removed afterwards).
+the cgroup is removed afterwards). --threads sets compute's threads (default 1; the plan's
+estimates are for threads = cores). --make-vocab N writes a tokenizer of exactly N ids (N - 256
+ranks: the 256 bytes, then merges of two earlier ranks up to 16 bytes long, deterministic; then
+the 256 added tokens, as K3 places them) into the temporary directory and runs with it, so the
+tokenizer process can be measured at the release's 163,840 ids without downloading anything.
 
 Every process of the run is sampled every 10 ms from /proc/PID/status. Per process it reports
 the peak RssAnon (heap, stacks, private mappings), peak RssFile (code and libraries mapped
@@ -72,6 +76,32 @@ def descendants(root):
     return out
 
 
+def make_vocab(out_dir, n_ids):
+    """A K3-format tokenizer directory with exactly n_ids ids (see the module doc)."""
+    import base64
+    import random
+    os.makedirs(out_dir, exist_ok=True)
+    rng = random.Random(16)
+    ranks = [bytes([b]) for b in range(256)]
+    seen = set(ranks)
+    while len(ranks) < n_ids - 256:
+        t = ranks[rng.randrange(len(ranks))] + ranks[rng.randrange(len(ranks))]
+        if len(t) <= 16 and t not in seen:
+            seen.add(t)
+            ranks.append(t)
+    with open(os.path.join(out_dir, "tiktoken.model"), "w") as f:
+        for i, t in enumerate(ranks):
+            f.write("%s %d\n" % (base64.b64encode(t).decode(), i))
+    names = {0: "[BOS]", 1: "[EOS]", 2: "<|end_of_msg|>", 3: "<|open|>", 4: "<|close|>", 5: "<|sep|>",
+             254: "[UNK]", 255: "[PAD]"}
+    first = len(ranks)
+    added = {str(first + k): {"content": names.get(k, "<|reserved_token_%d|>" % k), "special": True}
+             for k in range(256)}
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"added_tokens_decoder": added}, f)
+    return sum(len(t) for t in ranks) / len(ranks)
+
+
 def parse_plan(text):
     """region -> bytes from the dry run's table (sizes printed as B, MiB or GiB)."""
     regions = {}
@@ -94,10 +124,18 @@ def main():
     ap.add_argument("--gen", type=int, default=5)
     ap.add_argument("--budget", type=int, default=0)
     ap.add_argument("--cap", action="store_true")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--io", default="pread")
+    ap.add_argument("--make-vocab", type=int, default=0)
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="k3-floor-peaks-")
     try:
+        if a.make_vocab:
+            a.tokenizer = os.path.join(tmp, "vocab")
+            avg = make_vocab(a.tokenizer, a.make_vocab)
+            print("tokenizer: %d ids generated (%d ranks, %.1f bytes per rank on average)" %
+                  (a.make_vocab, a.make_vocab - 256, avg))
         toml = a.toml
         if not toml:
             model = a.model
@@ -107,7 +145,8 @@ def main():
                                 "--vocab", "8192"], check=True, capture_output=True)
             toml = os.path.join(tmp, "run.toml")
             with open(toml, "w") as f:
-                f.write('model = "%s"\nio = "pread"\ngen = %d\nthreads = 1\n' % (os.path.abspath(model), a.gen))
+                f.write('model = "%s"\nio = "%s"\ngen = %d\nthreads = %d\n' % (os.path.abspath(model), a.io, a.gen,
+                                                                     a.threads))
                 if a.tokenizer:
                     f.write('tokenizer = "%s"\n' % os.path.abspath(a.tokenizer))
         launch = os.path.join(a.bin, "k3-launch")
@@ -156,13 +195,17 @@ def main():
             sys.stderr.write(err[-3000:])
             sys.exit("k3-launch failed with exit %d" % p.returncode)
         rep = json.load(open(report))
-        share = plan.get("process-overhead", 0) // 4
+        # The overhead region is one share per process the plan counts (the table's note).
+        import re
+        m = re.search(r"process-overhead.*?(\d+) processes", dry.stdout)
+        share = plan.get("process-overhead", 0) // (int(m.group(1)) if m else 4)
         estimate = {
             "k3-compute": plan.get("kda-state", 0) + plan.get("mla-cache", 0) + plan.get("scratch", 0) +
             plan.get("spec-rollback", 0) + share,
             "k3-tokenizer": plan.get("tables", 0) + share,
             "k3-trunk-reader": share,
             "k3-expert-fetcher": share,
+            "k3-launch": share,
         }
         print("budget %d (%.1f MiB), plan regions:" % (budget, budget / MIB))
         for k, v in plan.items():

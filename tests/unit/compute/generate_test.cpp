@@ -70,6 +70,37 @@ TEST_F(Greedy, MaxPositionsCapsPromptPlusGenerated) {
   EXPECT_EQ(Run(p).generated.size(), 12u);
 }
 
+// The MLA caches take the whole context up front (the plan's mla-cache region exactly) and
+// never move while the sequence grows: a reallocation would hold two copies at once.
+TEST_F(Greedy, MlaCacheReservedAtTheContextNeverMoves) {
+  GreedyParams p = params_;
+  p.max_positions = 40;
+  std::vector<size_t> mla_layers;
+  for (size_t l = 0; l < cfg_.layer_kind.size(); ++l)
+    if (cfg_.layer_kind[l] == MixerKind::MLA) mla_layers.push_back(l);
+  ASSERT_FALSE(mla_layers.empty());
+  std::vector<const float*> first;
+  int moved = 0;
+  GreedyHooks h;
+  h.on_token = [&](int32_t, int64_t) {
+    const auto& mla = fwd_->state().mla;
+    if (first.empty())
+      for (size_t l : mla_layers) first.push_back(mla[l].c.data());
+    for (size_t i = 0; i < mla_layers.size(); ++i) moved += mla[mla_layers[i]].c.data() != first[i];
+  };
+  const GreedyResult r = Run(p, h);
+  ASSERT_EQ(r.generated.size(), 12u);
+  EXPECT_EQ(moved, 0);
+  for (size_t l : mla_layers) {
+    const auto& m = fwd_->state().mla[l];
+    EXPECT_EQ(m.len, fwd_->position());
+    EXPECT_EQ(m.c.capacity(), static_cast<size_t>(40 * cfg_.kv_lora_rank)) << "layer " << l;
+    EXPECT_EQ(m.kpe.capacity(), static_cast<size_t>(40 * cfg_.qk_rope_head_dim)) << "layer " << l;
+  }
+  // The ids do not depend on it.
+  EXPECT_EQ(r.generated, Run(params_).generated);
+}
+
 TEST_F(Greedy, CancelBetweenTokensKeepsThePrefix) {
   const GreedyResult full = Run(params_);
   GreedyHooks h;

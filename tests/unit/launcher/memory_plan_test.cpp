@@ -104,6 +104,33 @@ TEST(MemoryPlan, NeverExceedsBudgetAndKeepsInvariants) {
   for (int64_t b = floor; b < floor + 600 * kMiB; b += 7 * kMiB + 12345) CheckInvariants(m, MakePlan(m, b, o));
 }
 
+// A run with a tokenizer has five processes (launcher, compute, trunk reader, expert fetcher,
+// tokenizer), each with its overhead share; the tokenizer's tables come on top of its share.
+TEST(MemoryPlan, OverheadCountsEveryProcessOfARun) {
+  const PlanModel m = Synthetic();
+  PlanOptions o = SmallOptions();
+  o.process_overhead = 3 * kMiB;
+  o.tokenizer_bytes = 7 * kMiB;
+  const MemoryPlan p = MakePlan(m, PlanFloor(m, o), o);
+  int found = 0;
+  for (const auto& r : p.regions()) {
+    if (r.region == "process-overhead") {
+      EXPECT_EQ(r.bytes, 5 * 3 * kMiB);
+      EXPECT_EQ(r.note, "5 processes");
+      ++found;
+    }
+    if (r.region == "tables") {
+      EXPECT_EQ(r.bytes, 7 * kMiB);
+      ++found;
+    }
+  }
+  EXPECT_EQ(found, 2);
+  // One more MiB per process raises the floor by five.
+  PlanOptions more = o;
+  more.process_overhead += kMiB;
+  EXPECT_EQ(PlanFloor(m, more) - PlanFloor(m, o), 5 * kMiB);
+}
+
 TEST(MemoryPlan, BelowFloorRefusedWithTheFloorInTheMessage) {
   const PlanModel m = Synthetic();
   const PlanOptions o = SmallOptions();
