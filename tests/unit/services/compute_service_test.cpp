@@ -106,6 +106,7 @@ class ComputeServiceTest : public ::testing::Test {
       auto m = Next();
       if (!m) return std::nullopt;
       if (const auto* t = std::get_if<cp::Token>(&*m)) ids.push_back(t->id);
+      if (const auto* s = std::get_if<cp::Step>(&*m)) steps_.push_back(*s);
       if (const auto* d = std::get_if<cp::Done>(&*m)) return *d;
     }
   }
@@ -130,6 +131,7 @@ class ComputeServiceTest : public ::testing::Test {
   ipc::ShmArena pinned_, ring_, experts_;
   zmq::socket_t compute_ep_{launcher_.ctx(), zmq::socket_type::router};
   ipc::RejectCounter rejects_;
+  std::vector<cp::Step> steps_;  // what Collect saw
   Child reader_, fetcher_, compute_;
 };
 
@@ -140,6 +142,21 @@ TEST_F(ComputeServiceTest, StopIdsEndTheGenerationAndDoneSaysSo) {
   ASSERT_TRUE(d) << launcher_.ReadStderr("compute");
   EXPECT_EQ(d->reason, cp::StopReason::kLength);
   ASSERT_EQ(full.size(), 10u);
+  // One Step per pass, also at max_batch 1: the prompt pass, then 9 one-row decode passes.
+  ASSERT_EQ(steps_.size(), 10u);
+  EXPECT_EQ(steps_[0].rows, 8);
+  EXPECT_EQ(steps_[0].prefill_rows, 8);
+  for (const cp::Step& s : steps_) {
+    EXPECT_EQ(s.sequences, 1);
+    EXPECT_EQ(s.request_ids, std::vector<uint64_t>{1});
+    EXPECT_GT(s.experts, 0);
+    EXPECT_EQ(s.trunk_bytes, steps_[0].trunk_bytes);
+  }
+  EXPECT_EQ(steps_[9].rows, 1);
+  EXPECT_EQ(steps_[9].prefill_rows, 0);
+  int64_t trunk = 0;  // every layer's trunk tensors, from the shard headers
+  for (int l = 0; l < cfg_.num_layers; ++l) trunk += LayerTrunkRange(ck_, cfg_, l).tensor_bytes;
+  EXPECT_EQ(steps_[0].trunk_bytes, trunk);
   size_t first = 0;
   while (full[first] != full[4]) ++first;
   Send(2, {1, 5, 9, 200, 77, 3, 18, 42}, 10, false, 0, {full[4]});
@@ -442,6 +459,10 @@ TEST_P(BatchedComputeTest, ConcurrentRequestsGetExactlyTheirSoloIds) {
     ASSERT_EQ(d->reason, cp::StopReason::kLength);
     ASSERT_EQ(static_cast<int32_t>(ids.size()), g.gen);
     solo[g.request_id - 1000] = ids;
+    // Alone through RunGreedy: one Step per pass too (each step recomputes the whole sequence).
+    EXPECT_GE(static_cast<int32_t>(steps_.size()), g.gen);
+    for (const cp::Step& s : steps_) EXPECT_EQ(s.request_ids, std::vector<uint64_t>{g.request_id});
+    steps_.clear();
   }
   // Together.
   for (const cp::Generate& g : reqs) Send(g);
