@@ -74,6 +74,7 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
   if (opt.threads > 0) c.insert(c.end(), {"--threads", std::to_string(opt.threads)});
   c.insert(c.end(), {"--expert-inputs", opt.expert_inputs});
   if (opt.probe_membw) c.push_back("--probe-membw");
+  if (opt.max_batch > 1) c.insert(c.end(), {"--max-batch", std::to_string(opt.max_batch)});
   if (HintsOffReason(opt, m, p) == nullptr) c.push_back("--prefetch-hints");
   if (!opt.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt.dump_logits});
   c.insert(c.end(), head_flags.begin(), head_flags.end());

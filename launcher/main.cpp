@@ -45,6 +45,7 @@ int Main(int argc, char** argv) {
   po.remote_servers = static_cast<int>(opt.expert_server.size());
   po.max_expert_slots = opt.expert_slots;
   po.spec_drafts = opt.spec;
+  po.max_batch = opt.max_batch;
   const plan::MemoryPlan p = plan::MakePlan(m.plan_model, budget, po);
   for (int32_t id : opt.stop_ids)
     if (id >= m.cfg.vocab_size)

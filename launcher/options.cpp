@@ -115,6 +115,7 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     } else if (k == "inflight") opt.inflight = small_int();
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
     else if (k == "spec") opt.spec = integer();
+    else if (k == "max_batch") opt.max_batch = small_int();
     else if (k == "full_recompute") {
       if (!node.is_boolean()) throw bad("true or false");
       opt.full_recompute = *node.value<bool>();
@@ -215,6 +216,9 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--spec", cli.spec,
                  "speculative decoding: up to N n-gram drafts verified in one forward pass, 0 to " +
                      std::to_string(plan::kMaxSpecDrafts) + " (same ids as 0; TOML: spec)");
+  app.add_option("--max-batch", cli.max_batch,
+                 "sequences compute decodes together in one pass over the weights, 1 to " +
+                     std::to_string(plan::kMaxBatch) + " (the plan reserves state for each; TOML: max_batch)");
   app.add_flag("--quiet", cli.quiet, "stderr: only errors and the final summary (no progress or service lines)");
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service and per expert server (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
@@ -293,6 +297,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--trunk-piece")) opt.trunk_piece = cli.trunk_piece;
   if (given("--read-ahead")) opt.read_ahead = cli.read_ahead;
   if (given("--spec")) opt.spec = cli.spec;
+  if (given("--max-batch")) opt.max_batch = cli.max_batch;
   if (given("--stop-ids") || given("--stop-id")) {  // both flags add up; together they replace the TOML's
     opt.stop_ids.clear();
     if (given("--stop-ids"))
@@ -355,6 +360,8 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.prefill_chunk < 1) throw UsageError("prefill_chunk must be >= 1");
   if (opt.spec < 0 || opt.spec > plan::kMaxSpecDrafts)
     throw UsageError("--spec " + std::to_string(opt.spec) + ": must be 0 to " + std::to_string(plan::kMaxSpecDrafts));
+  if (opt.max_batch < 1 || opt.max_batch > plan::kMaxBatch)
+    throw UsageError("--max-batch " + std::to_string(opt.max_batch) + ": must be 1 to " + std::to_string(plan::kMaxBatch));
   if (opt.spec > 0 && opt.full_recompute) throw UsageError("--spec needs incremental decoding, not full_recompute");
   if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
   if (opt.expert_inputs != "f32" && opt.expert_inputs != "bf16")

@@ -30,6 +30,7 @@ struct LaunchOptions {
   int64_t max_pinned_trunk = -1;
   bool full_recompute = false;
   int64_t spec = 0;            // n-gram drafts per verify pass (Generate.spec; 0: none)
+  int max_batch = 1;           // sequences compute decodes together (k3-compute --max-batch; the plan's batch-state)
   bool prefetch_hints = true;  // compute guesses each next layer's experts for the fetcher
   std::vector<std::string> expert_server;  // k3-expert-server endpoints (tcp://HOST:PORT): experts read there
   int64_t expert_slots = -1;   // cap on the plan's expert slots (experiments: force misses); -1 = none

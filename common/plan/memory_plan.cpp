@@ -31,7 +31,8 @@ int64_t SlotArena(int64_t slots, int64_t slot_bytes) {
 // frames from an expert server).
 struct Fixed {
   int64_t kda_state = 0, mla_cache = 0, scratch = 0, overhead = 0, tokenizer = 0, remote = 0, spec = 0;
-  int64_t sum() const { return kda_state + mla_cache + scratch + overhead + tokenizer + remote + spec; }
+  int64_t batch = 0;  // BatchStateBytes
+  int64_t sum() const { return kda_state + mla_cache + scratch + overhead + tokenizer + remote + spec + batch; }
 };
 
 Fixed FixedCosts(const PlanModel& m, const PlanOptions& o) {
@@ -55,6 +56,7 @@ Fixed FixedCosts(const PlanModel& m, const PlanOptions& o) {
   const int64_t chunk = std::max(o.prefill_chunk, o.spec_drafts > 0 ? o.spec_drafts + 1 : 0);
   f.scratch = 4 * (chunk * per_token + c.mla_heads * o.context + c.vocab_size);
   f.spec = SpecRollbackBytes(c, o.spec_drafts);
+  f.batch = BatchStateBytes(c, o.context, o.max_batch);
   f.overhead = kPlannedProcesses * o.process_overhead;
   f.tokenizer = o.tokenizer_bytes;
   // Each expert in flight from the server sits whole in a ZeroMQ frame until it is copied.
@@ -146,6 +148,22 @@ Layout LayoutFor(const PlanModel& m, const std::vector<Candidate>& cands, size_t
 
 }  // namespace
 
+int64_t BatchStateBytes(const ModelConfig& c, int64_t context, int64_t max_batch) {
+  if (max_batch <= 1) return 0;
+  const int64_t n_kda = std::count(c.layer_kind.begin(), c.layer_kind.end(), MixerKind::KDA);
+  const int64_t n_mla = static_cast<int64_t>(c.layer_kind.size()) - n_kda;
+  const int64_t proj = c.kda_heads * c.kda_head_dim;
+  const int64_t kda = n_kda * (c.kda_heads * c.kda_head_dim * c.kda_head_dim + 3 * proj * std::max<int64_t>(c.conv_kernel - 1, 0));
+  const int64_t mla = n_mla * context * (c.kv_lora_rank + c.qk_rope_head_dim);
+  // One decode row's activations (as a prompt-chunk token in the scratch estimate, rounded up:
+  // residual, a dozen AttnRes snapshots, the widest projections), its scores, its logits.
+  const int64_t widest_proj = std::max(proj, c.mla_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim));
+  const int64_t widest_ffn = std::max(c.intermediate_size, c.num_shared_experts * c.moe_intermediate_size);
+  const int64_t blocks = c.attn_res_block_size > 0 ? c.num_layers / c.attn_res_block_size + 2 : 2;
+  const int64_t row = (blocks + 8) * c.hidden_size + 4 * widest_proj + 3 * widest_ffn + c.mla_heads * context + c.vocab_size;
+  return 4 * (max_batch - 1) * (kda + mla + row);
+}
+
 int64_t SpecRollbackBytes(const ModelConfig& c, int64_t drafts) {
   if (drafts <= 0) return 0;
   const int64_t n_kda = std::count(c.layer_kind.begin(), c.layer_kind.end(), MixerKind::KDA);
@@ -201,6 +219,11 @@ void CheckInputs(const PlanModel& m, const PlanOptions& o) {
   const int64_t per_position = (c.num_layers + 1) * (c.kv_lora_rank + c.qk_rope_head_dim + c.mla_heads) * 4;
   if (per_position > 0 && o.context > kMaxBytes / 4 / per_position)
     throw UsageError("--context " + std::to_string(o.context) + " is too large: the memory plan would need more than 2^62 bytes");
+  if (o.max_batch < 1 || o.max_batch > kMaxBatch)
+    throw UsageError("--max-batch " + std::to_string(o.max_batch) + ": must be 1 to " + std::to_string(kMaxBatch));
+  if (per_position > 0 && o.context > kMaxBytes / 4 / per_position / o.max_batch)
+    throw UsageError("--context " + std::to_string(o.context) + " with --max-batch " + std::to_string(o.max_batch) +
+                     " is too large: the memory plan would need more than 2^62 bytes");
   const int64_t per_chunk_token = (c.num_layers + 16) * (c.hidden_size + c.kda_heads * c.kda_head_dim +
                                   c.mla_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim) + c.intermediate_size +
                                   c.num_shared_experts * c.moe_intermediate_size) * 16;
@@ -292,6 +315,7 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
   p.remote_frames = f.remote;
   p.remote_servers = o.remote_servers;
   p.spec_rollback = f.spec;
+  p.batch_state = f.batch;
   Layout l = LayoutFor(m, cands, k, o, false);
   int64_t used = f.sum() + Shm(l);
   // Every remaining byte becomes expert slots (no more than the model has experts).
@@ -354,6 +378,8 @@ std::vector<Region> MemoryPlan::regions() const {
   };
   if (spec_rollback > 0)
     r.insert(r.begin() + 2, {"compute", "spec-rollback", spec_rollback, "speculation: state before a verify pass + its inputs"});
+  if (batch_state > 0)
+    r.insert(r.begin() + 2, {"compute", "batch-state", batch_state, "KDA state + MLA cache + a decode row per sequence beyond the first"});
   if (remote_frames > 0)
     r.push_back({"fetcher", "remote-frames", remote_frames,
                  remote_servers > 1 ? "experts in flight from " + std::to_string(remote_servers) + " expert servers"

@@ -51,10 +51,19 @@ struct PlanOptions {
   int remote_servers = 0;                       // how many servers share them (the table's note)
   int64_t max_expert_slots = -1;                // --expert-slots: cap below what the budget allows (-1: none)
   int64_t spec_drafts = 0;                      // --spec: drafts per verify pass (0: no rollback region)
+  int64_t max_batch = 1;                        // --max-batch: sequences compute decodes together (1: no batch-state)
 };
 
 // --spec: the most drafts one verify pass takes.
 constexpr int64_t kMaxSpecDrafts = 16;
+
+// --max-batch: the most sequences one forward pass decodes together.
+constexpr int64_t kMaxBatch = 64;
+
+// What compute holds beyond the floor's one sequence to decode `max_batch` together (0 for 1):
+// per extra sequence its KDA state and MLA cache for the whole context, and the scratch of
+// its decode row (its activations, attention scores over the context, a logits row).
+int64_t BatchStateBytes(const ModelConfig& cfg, int64_t context, int64_t max_batch);
 
 // What compute holds to roll back a verify pass of `drafts` drafts (0 for 0; rollback.h): per
 // KDA layer the state before the pass (recurrent state + conv windows) and per position of the
@@ -115,6 +124,7 @@ struct MemoryPlan {
   int64_t remote_frames = 0;  // expert fetcher: expert frames received from the expert servers
   int remote_servers = 0;
   int64_t spec_rollback = 0;  // compute: speculation rollback journal (SpecRollbackBytes; 0 without --spec)
+  int64_t batch_state = 0;    // compute: state of the sequences beyond the first (BatchStateBytes; 0 at max_batch 1)
   // trunk arena
   std::vector<int> pinned_layers;  // ascending layer indices
   int64_t pinned_bytes = 0;        // pinned arena: header page + widened layers + widened globals run

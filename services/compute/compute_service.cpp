@@ -17,6 +17,8 @@
 #include "common/sampling_check.h"
 #include "common/plan/memory_plan.h"
 #include "common/service/service_shell.h"
+#include "batch_sequence.h"
+#include "common/tensor_names.h"
 #include "forward.h"
 #include "generate.h"
 #include "membw_probe.h"
@@ -59,7 +61,7 @@ class ComputeService {
   void Start();
   std::vector<ipc::control::Stat> StartStats() const { return {S("threads", omp_get_max_threads())}; }
   // Answers Generates until a Shutdown or stop signal between requests, or a stop inside one.
-  // Messages that arrived during a request (kept by PollCancel) are answered first, in order.
+  // Messages that arrived during a request (kept by PollMessages) are answered first, in order.
   void Serve() {
     while (!interrupted_ && svc::WaitForWork(ctl_, {launcher_}, std::chrono::milliseconds(500)))
       while (!interrupted_) {
@@ -72,7 +74,10 @@ class ComputeService {
         }
         if (!msg) break;
         // A Cancel between requests names a request that has already ended: nothing to do.
-        if (const auto* g = std::get_if<cp::Generate>(&*msg)) Answer(*g);
+        if (const auto* g = std::get_if<cp::Generate>(&*msg)) {
+          if (Batchable(*g)) ServeBatch(*g);
+          else Answer(*g);
+        }
         else if (const auto* op = std::get_if<cp::StateOp>(&*msg)) AnswerState(*op);
       }
   }
@@ -82,10 +87,42 @@ class ComputeService {
   bool Interrupted() const { return interrupted_; }
 
  private:
-  void Answer(const cp::Generate& g);
+  // What one request carries besides its sequence: the Generate, what its hooks keep, the
+  // counters at its start; batched requests also their sequence (batch_sequence.h).
+  struct Request {
+    cp::Generate g;
+    std::vector<int32_t> feed;  // the ids this request feeds (a kept state's unconsumed ones first)
+    size_t kept = 0;            // ids of a kept sequence before feed
+    GreedyParams p;
+    PromptScorer scorer;
+    Logprobs chosen_lp;  // of the token on_token sends next (--logprobs)
+    std::vector<double> probe_gbs;
+    PipelineCounters at_start, at_prefill;
+    bool cancel = false;  // a Cancel for it arrived
+    std::unique_ptr<BatchedSequence> seq;
+  };
+  // Generates a batch runs: new sequences, decoded incrementally (--spec is then ignored above
+  // max_batch 1: the same ids). Others (keep_state, full_recompute, --spec at max_batch 1) run
+  // alone through RunGreedy, after the batch drains.
+  bool Batchable(const cp::Generate& g) const {
+    return !g.keep_state && !g.full_recompute && (g.spec == 0 || opt_.max_batch > 1);
+  }
+  std::unique_ptr<Request> Prepare(const cp::Generate& g, bool batched);  // checks it (BadInput)
+  GreedyHooks HooksFor(Request& r);
+  void Answer(const cp::Generate& g);   // alone, through RunGreedy
+  void ServeBatch(const cp::Generate& first);
+  void Admit(const cp::Generate& g);
+  void BatchStep();
+  // A new sequence's state (the one place a sequence starts; it reuses the kept sequence's
+  // memory, and the kept sequence is dropped as a new request always did).
+  SequenceState InitSequence(const Request& r);
+  void Finish(Request& r, const GreedyResult& res);  // Stats, then Done
   void PrefillProgress(int64_t done, int64_t total);
   void AnswerState(const cp::StateOp& op);  // StateOp Save/Load/Reset (docs/formats.md "State file")
-  bool PollCancel(uint64_t request_id);
+  void PollMessages();  // Cancels mark running requests; anything else waits in held_
+  cp::Step MakeStep(int32_t sequences, int64_t rows, int64_t prefill_rows, double seconds,
+                    std::vector<uint64_t> ids) const;
+  void FlushStep();  // sends pending_step_, if any
 
   const PipelineOptions& opt_;
   zmq::context_t& ctx_;
@@ -108,21 +145,48 @@ class ComputeService {
   std::vector<int32_t> seq_ids_;
   std::optional<state::ModelIdentity> identity_;  // computed at the first StateOp
   std::deque<cp::Message> held_;  // arrived during a request, answered after it (not lost)
+  std::vector<Request*> active_;  // the requests running now (batched or alone)
+  std::vector<std::unique_ptr<Request>> batch_;  // the batched ones, in admission order
+  std::optional<cp::Step> pending_step_;  // of the last pass, sent after its Tokens
+  int64_t trunk_bytes_pass_ = 0;              // every layer's trunk tensors (one pass uses them all)
+  std::vector<int64_t> expert_bytes_;         // per layer: one routed expert (0 for dense layers)
 };
 
-// Between decode steps, without waiting: true when a Cancel for `request_id` has arrived. A
-// Cancel for any other request is ignored; any other message (a next Generate, say) is kept
-// in held_ and answered, in order, once this request is done.
-bool ComputeService::PollCancel(uint64_t request_id) {
-  bool cancel = false;
+// Between passes, without waiting: a Cancel marks the running request it names (any other
+// is ignored: that request has ended, or not started); any other message (a next Generate,
+// say) is kept in held_ and answered, in order, when there is room for it.
+void ComputeService::PollMessages() {
   while (auto m = ipc::ReceiveVerified(launcher_, false, ipc::DecodeCompute, Clock::now(), counters_.rejects)) {
     if (const auto* c = std::get_if<cp::Cancel>(&m->message)) {
-      if (c->request_id == request_id) cancel = true;
+      for (Request* r : active_)
+        if (r->g.request_id == c->request_id) r->cancel = true;
     } else {
       held_.push_back(std::move(m->message));
     }
   }
-  return cancel;
+}
+
+cp::Step ComputeService::MakeStep(int32_t sequences, int64_t rows, int64_t prefill_rows, double seconds,
+                                  std::vector<uint64_t> ids) const {
+  cp::Step st;
+  st.sequences = sequences;
+  st.rows = static_cast<int32_t>(rows);
+  st.prefill_rows = static_cast<int32_t>(prefill_rows);
+  st.seconds = seconds;
+  st.trunk_bytes = trunk_bytes_pass_;
+  const std::vector<int64_t>& e = fwd_->pass_experts();
+  for (size_t l = 0; l < e.size() && l < expert_bytes_.size(); ++l) {
+    st.experts += static_cast<int32_t>(e[l]);
+    st.expert_bytes += e[l] * expert_bytes_[l];
+  }
+  st.request_ids = std::move(ids);
+  return st;
+}
+
+void ComputeService::FlushStep() {
+  if (!pending_step_) return;
+  ipc::SendMessage(launcher_, ipc::Encode(*pending_step_));
+  pending_step_.reset();
 }
 
 void ComputeService::Start() {
@@ -157,6 +221,12 @@ void ComputeService::Start() {
   fwd_ = std::make_unique<Forward>(cfg_, *globals_, *layers_, *experts_src_, layers_.get());
   fwd_->EnableHints(opt_.prefetch_hints);
   fwd_->SetStopCheck([this] { return stop_(); });
+  // What a pass uses, for the Step messages: every layer's trunk, and each expert it requests.
+  expert_bytes_.assign(static_cast<size_t>(cfg_.num_layers), 0);
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    trunk_bytes_pass_ += LayerTrunkRange(*ck_, cfg_, l).tensor_bytes;
+    if (!cfg_.is_dense(l)) expert_bytes_[static_cast<size_t>(l)] = ExpertRange(*ck_, l, 0).tensor_bytes;
+  }
   std::fprintf(stderr, "[compute] %d threads, kernels %s, routed-expert inputs %s (%s)%s\n", omp_get_max_threads(),
                kern::ActiveIsa(), opt_.expert_inputs.c_str(), ExpertIsa(cfg_),
                opt_.prefetch_hints ? ", next-layer expert hints on" : "");
@@ -198,33 +268,38 @@ void ComputeService::AnswerState(const cp::StateOp& op) {
   ipc::SendMessage(launcher_, ipc::Encode(d));
 }
 
-void ComputeService::Answer(const cp::Generate& g) {
+std::unique_ptr<ComputeService::Request> ComputeService::Prepare(const cp::Generate& g, bool batched) {
   for (int32_t id : g.ids)
     if (id < 0 || id >= cfg_.vocab_size) throw BadInput("prompt id " + std::to_string(id) + " outside the vocabulary");
   if (const std::string bad = SamplingProblem(g.sampling, g.logprobs); !bad.empty()) throw BadInput("Generate: " + bad);
+  if (g.spec < 0 || g.spec > plan::kMaxSpecDrafts)
+    throw BadInput("Generate.spec " + std::to_string(g.spec) + " outside [0, " + std::to_string(plan::kMaxSpecDrafts) + "]");
+  auto r = std::make_unique<Request>();
+  r->g = g;
   // keep_state: the ids not consumed yet (the last generated one, say) go first, then the prompt.
   // full_recompute recomputes every step from nothing, so it feeds the whole sequence.
-  std::vector<int32_t> feed;
-  size_t kept = 0;
   if (g.keep_state) {
     if (fwd_->torn()) throw BadInput("Generate keep_state after a pass that was stopped midway");
-    kept = g.full_recompute ? 0 : static_cast<size_t>(fwd_->position());
-    if (g.full_recompute) fwd_->Reset();
-    feed.assign(seq_ids_.begin() + static_cast<std::ptrdiff_t>(kept), seq_ids_.end());
-  } else {
-    fwd_->Reset();
-    seq_ids_.clear();
+    r->kept = g.full_recompute ? 0 : static_cast<size_t>(fwd_->position());
+    r->feed.assign(seq_ids_.begin() + static_cast<std::ptrdiff_t>(r->kept), seq_ids_.end());
   }
-  feed.insert(feed.end(), g.ids.begin(), g.ids.end());
-  if (feed.empty()) throw BadInput("Generate without prompt ids");
-  const int64_t sequence = static_cast<int64_t>(kept + feed.size());  // a kept or loaded state included
+  r->feed.insert(r->feed.end(), g.ids.begin(), g.ids.end());
+  if (r->feed.empty()) throw BadInput("Generate without prompt ids");
+  const int64_t sequence = static_cast<int64_t>(r->kept + r->feed.size());  // a kept or loaded state included
   if (g.max_positions > 0 && sequence > g.max_positions)
     throw BadInput("Generate: a sequence of " + std::to_string(sequence) + " tokens does not fit max_positions " +
                    std::to_string(g.max_positions));
-  const PipelineCounters at_start = counters_;  // waits before this request (start-up) excluded below
-  GreedyParams p;
-  p.ids = feed;
-  p.prior.assign(seq_ids_.begin(), seq_ids_.begin() + static_cast<std::ptrdiff_t>(kept));
+  if (!batched) {  // checked: now the kept sequence may change
+    if (g.keep_state && g.full_recompute) fwd_->Reset();
+    if (!g.keep_state) {
+      fwd_->Reset();
+      seq_ids_.clear();
+    }
+  }
+  r->at_start = r->at_prefill = counters_;  // waits before this request (start-up) excluded below
+  GreedyParams& p = r->p;
+  p.ids = r->feed;
+  p.prior.assign(seq_ids_.begin(), seq_ids_.begin() + static_cast<std::ptrdiff_t>(r->kept));
   p.gen = std::max(0, g.gen);
   p.full_recompute = g.full_recompute;
   p.prefill_chunk = g.prefill_chunk > 0 ? g.prefill_chunk : 64;
@@ -232,49 +307,167 @@ void ComputeService::Answer(const cp::Generate& g) {
   p.max_positions = std::max(0, g.max_positions);
   p.sampling = g.sampling;
   p.all_positions = g.perplexity;
-  if (g.spec < 0 || g.spec > plan::kMaxSpecDrafts)
-    throw BadInput("Generate.spec " + std::to_string(g.spec) + " outside [0, " + std::to_string(plan::kMaxSpecDrafts) + "]");
-  p.spec = g.spec;
+  p.spec = batched ? 0 : g.spec;
+  r->scorer = PromptScorer{r->feed};  // the ids this pass feeds (a kept state's last id first)
+  return r;
+}
+
+GreedyHooks ComputeService::HooksFor(Request& r) {
   GreedyHooks hooks;
-  PromptScorer scorer{feed};  // the ids this pass feeds (a kept state's last id first)
+  const cp::Generate& g = r.g;
   if (g.perplexity)
-    hooks.on_prompt_chunk = [&](const float* chunk, int64_t T) { scorer.Chunk(chunk, T, cfg_.vocab_size); };
-  Logprobs chosen_lp;  // of the token on_token sends next (--logprobs)
+    hooks.on_prompt_chunk = [this, &r](const float* chunk, int64_t T) { r.scorer.Chunk(chunk, T, cfg_.vocab_size); };
   if (g.logprobs >= 0)
-    hooks.on_chosen = [&](const float* logits, int32_t id, int64_t) {
-      chosen_lp = TokenLogprobs(logits, cfg_.vocab_size, id, g.logprobs);
+    hooks.on_chosen = [this, &r](const float* logits, int32_t id, int64_t) {
+      r.chosen_lp = TokenLogprobs(logits, cfg_.vocab_size, id, r.g.logprobs);
     };
   // Waits of the decode steps alone (the prompt pass also waits for start-up reads), so the
   // launcher can show I/O wait per generated token.
-  PipelineCounters at_prefill = counters_;
   last_progress_ = {};
-  hooks.on_prefill_progress = [&](int64_t done, int64_t total) { PrefillProgress(done, total); };
-  hooks.after_prefill = [&](const float* logits) {
-    at_prefill = counters_;
+  hooks.on_prefill_progress = [this](int64_t done, int64_t total) { PrefillProgress(done, total); };
+  hooks.after_prefill = [this, &r](const float* logits) {
+    r.at_prefill = counters_;
     if (opt_.dump_logits.empty()) return;
     std::ofstream f(opt_.dump_logits, std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char*>(logits), static_cast<std::streamsize>(cfg_.vocab_size * 4));
     if (!f) throw Error(kExitOutput, "--dump-logits: cannot write " + opt_.dump_logits);
   };
-  std::vector<double> probe_gbs;
-  hooks.on_token = [&](int32_t id, int64_t index) {
+  hooks.on_token = [this, &r](int32_t id, int64_t index) {
     cp::Token t;
-    t.request_id = g.request_id;
+    t.request_id = r.g.request_id;
     t.id = id;
     t.index = static_cast<int32_t>(index);
-    if (g.logprobs >= 0) {
-      t.logprob = static_cast<float>(chosen_lp.logprob);
-      for (const auto& [alt, lp] : chosen_lp.top) t.top.push_back({alt, static_cast<float>(lp)});
+    if (r.g.logprobs >= 0) {
+      t.logprob = static_cast<float>(r.chosen_lp.logprob);
+      for (const auto& [alt, lp] : r.chosen_lp.top) t.top.push_back({alt, static_cast<float>(lp)});
     }
     ipc::SendMessage(launcher_, ipc::Encode(t));
-    if (opt_.probe_membw && index > 0) probe_gbs.push_back(ProbeReadGBs(probe_regions_));  // between steps
+    FlushStep();  // the pass that chose this token (a request alone)
+    if (opt_.probe_membw && index > 0) r.probe_gbs.push_back(ProbeReadGBs(probe_regions_));  // between steps
   };
   hooks.should_stop = [this] { return stop_(); };
-  hooks.cancelled = [&] { return PollCancel(g.request_id); };
-  const GreedyResult r = RunGreedy(*fwd_, cfg_.vocab_size, p, hooks);
-  interrupted_ = r.ending == Ending::kInterrupted;
-  seq_ids_.resize(kept);
-  seq_ids_.insert(seq_ids_.end(), r.full.begin(), r.full.end());
+  hooks.cancelled = [this, &r] {
+    PollMessages();
+    return r.cancel;
+  };
+  return hooks;
+}
+
+void ComputeService::Answer(const cp::Generate& g) {
+  std::unique_ptr<Request> r = Prepare(g, false);
+  active_ = {r.get()};
+  // One Step per pass, sent after the Token the pass chose (or before the next pass).
+  bool prefill_done = false;
+  fwd_->SetPassObserver([&](int64_t rows, double seconds) {
+    FlushStep();
+    pending_step_ = MakeStep(1, rows, prefill_done ? 0 : rows, seconds, {g.request_id});
+  });
+  GreedyHooks hooks = HooksFor(*r);
+  hooks.after_prefill = [&, inner = hooks.after_prefill](const float* logits) {
+    inner(logits);
+    prefill_done = true;
+  };
+  const GreedyResult res = RunGreedy(*fwd_, cfg_.vocab_size, r->p, hooks);
+  fwd_->SetPassObserver(nullptr);
+  FlushStep();
+  active_.clear();
+  interrupted_ = res.ending == Ending::kInterrupted;
+  seq_ids_.resize(r->kept);
+  seq_ids_.insert(seq_ids_.end(), res.full.begin(), res.full.end());
+  Finish(*r, res);
+}
+
+SequenceState ComputeService::InitSequence(const Request&) {
+  SequenceState s = fwd_->TakeState();
+  seq_ids_.clear();
+  s.Reset(cfg_);
+  return s;
+}
+
+void ComputeService::Admit(const cp::Generate& g) {
+  std::unique_ptr<Request> r = Prepare(g, true);
+  GreedyHooks hooks = HooksFor(*r);
+  r->seq = std::make_unique<BatchedSequence>(cfg_.vocab_size, r->p, std::move(hooks), InitSequence(*r));
+  active_.push_back(r.get());
+  batch_.push_back(std::move(r));
+}
+
+// Admits held Generates while there is room (in arrival order: the first that cannot join a
+// batch waits for it to drain, and so does everything after it), then runs steps.
+void ComputeService::ServeBatch(const cp::Generate& first) {
+  Admit(first);
+  while (!batch_.empty()) {
+    PollMessages();
+    while (static_cast<int>(batch_.size()) < opt_.max_batch && !held_.empty() && !interrupted_) {
+      const auto* g = std::get_if<cp::Generate>(&held_.front());
+      if (!g || !Batchable(*g)) break;
+      const cp::Generate next = *g;
+      held_.pop_front();
+      Admit(next);
+    }
+    BatchStep();
+  }
+}
+
+// One pass: every decoding request's last token plus the next prompt chunk of the oldest
+// request still prefilling; then each request's Tokens, one Step, and the Done of those that
+// ended (each ended sequence becomes the kept one, the last to end staying).
+void ComputeService::BatchStep() {
+  std::vector<Segment> segs;
+  std::vector<Request*> in_pass;
+  bool prefill_taken = false;
+  int64_t rows = 0, prefill_rows = 0;
+  for (const auto& r : batch_) {
+    const bool prefilling = r->seq->prefilling();
+    if (prefilling && prefill_taken) continue;
+    prefill_taken = prefill_taken || prefilling;
+    segs.push_back(r->seq->NextSegment());
+    in_pass.push_back(r.get());
+    rows += segs.back().T;
+    if (prefilling) prefill_rows += segs.back().T;
+  }
+  const auto t0 = Clock::now();
+  bool stopped = false;
+  try {
+    fwd_->RunBatch(segs);
+  } catch (const StopAtSafePoint&) {
+    stopped = true;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (stopped) {
+    for (Request* r : in_pass) r->seq->Interrupt(true);
+  } else {
+    for (Request* r : in_pass) r->seq->AfterPass(seconds);
+    std::vector<uint64_t> ids;
+    for (Request* r : in_pass) ids.push_back(r->g.request_id);
+    ipc::SendMessage(launcher_, ipc::Encode(MakeStep(static_cast<int32_t>(segs.size()), rows, prefill_rows, seconds,
+                                                     std::move(ids))));
+  }
+  bool interrupted = stopped;
+  for (const auto& r : batch_) interrupted = interrupted || (r->seq->ended() && r->seq->ending() == Ending::kInterrupted);
+  if (interrupted) {  // a stop ends every request (the process then exits)
+    interrupted_ = true;
+    for (const auto& r : batch_) r->seq->Interrupt(false);
+  }
+  for (size_t i = 0; i < batch_.size();) {
+    Request& r = *batch_[i];
+    if (!r.seq->ended()) {
+      ++i;
+      continue;
+    }
+    const GreedyResult res = r.seq->Result();
+    seq_ids_ = res.full;
+    fwd_->LoadState(std::move(r.seq->state()), r.seq->torn());
+    Finish(r, res);
+    active_.erase(std::find(active_.begin(), active_.end(), &r));
+    batch_.erase(batch_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+}
+
+void ComputeService::Finish(Request& r, const GreedyResult& res) {
+  const cp::Generate& g = r.g;
+  const PipelineCounters& at_start = r.at_start;
+  const PipelineCounters& at_prefill = r.at_prefill;
   // Stats first, then Done (the launcher's report waits for both; docs/pipeline.md).
   const PipelineCounters& c = counters_;
   ctl_.Stats({S("trunk_wait_seconds", c.trunk_wait_seconds),
@@ -283,7 +476,7 @@ void ComputeService::Answer(const cp::Generate& g) {
               S("run_expert_wait_seconds", c.expert_wait_seconds - at_start.expert_wait_seconds),
               S("decode_trunk_wait_seconds", c.trunk_wait_seconds - at_prefill.trunk_wait_seconds),
               S("decode_expert_wait_seconds", c.expert_wait_seconds - at_prefill.expert_wait_seconds),
-              S("decode_steps", static_cast<double>(r.token_seconds.size())),
+              S("decode_steps", static_cast<double>(res.token_seconds.size())),
               S("trunk_streamed_bytes", static_cast<double>(c.trunk_streamed_bytes)),
               S("layer_wants", static_cast<double>(c.layer_wants)),
               S("expert_requests", static_cast<double>(c.expert_requests)),
@@ -292,32 +485,32 @@ void ComputeService::Answer(const cp::Generate& g) {
               S("hints_sent", static_cast<double>(c.hints_sent)),
               S("hint_recall", fwd_->hint_stats().recall()),
               S("rejected_messages", static_cast<double>(c.rejects.rejected + ctl_.rejects().rejected)),
-              S("median_step_seconds", Median(r.token_seconds)),
-              S("membw_probe_passes", static_cast<double>(probe_gbs.size())),
-              S("membw_probe_median_gbs", Median(probe_gbs)),
-              S("spec_drafted", static_cast<double>(r.spec_drafted)),
-              S("spec_accepted", static_cast<double>(r.spec_accepted))});
+              S("median_step_seconds", Median(res.token_seconds)),
+              S("membw_probe_passes", static_cast<double>(r.probe_gbs.size())),
+              S("membw_probe_median_gbs", Median(r.probe_gbs)),
+              S("spec_drafted", static_cast<double>(res.spec_drafted)),
+              S("spec_accepted", static_cast<double>(res.spec_accepted))});
   cp::Done d;
   d.request_id = g.request_id;
-  d.reason = WireReason(r.ending);
+  d.reason = WireReason(res.ending);
   d.stats.prompt_tokens = static_cast<int32_t>(g.ids.size());
-  d.stats.generated_tokens = static_cast<int32_t>(r.generated.size());
-  d.stats.prefill_seconds = r.prefill_seconds;
-  d.stats.seconds_per_token = r.seconds_per_token;
+  d.stats.generated_tokens = static_cast<int32_t>(res.generated.size());
+  d.stats.prefill_seconds = res.prefill_seconds;
+  d.stats.seconds_per_token = res.seconds_per_token;
   d.stats.position = static_cast<int32_t>(seq_ids_.size());
-  d.stats.scored_tokens = static_cast<int32_t>(scorer.scored);
-  d.stats.nll_sum = scorer.nll_sum;
-  d.stats.spec_drafted = static_cast<int32_t>(r.spec_drafted);
-  d.stats.spec_accepted = static_cast<int32_t>(r.spec_accepted);
+  d.stats.scored_tokens = static_cast<int32_t>(r.scorer.scored);
+  d.stats.nll_sum = r.scorer.nll_sum;
+  d.stats.spec_drafted = static_cast<int32_t>(res.spec_drafted);
+  d.stats.spec_accepted = static_cast<int32_t>(res.spec_accepted);
   ipc::SendMessage(launcher_, ipc::Encode(d));
-  const char* how = r.ending == Ending::kStopId        ? "stop id"
-                    : r.ending == Ending::kInterrupted ? "interrupted"
-                    : r.ending == Ending::kCancelled   ? "cancel"
-                                                       : "length";
+  const char* how = res.ending == Ending::kStopId        ? "stop id"
+                    : res.ending == Ending::kInterrupted ? "interrupted"
+                    : res.ending == Ending::kCancelled   ? "cancel"
+                                                         : "length";
   std::fprintf(stderr,
                "[compute] stats: %zu tokens generated (ended by %s), prefill %.2f s, %.4f s/token, "
                "waits trunk %.2f s expert %.2f s, %llu rejected messages\n",
-               r.generated.size(), how, r.prefill_seconds, r.seconds_per_token,
+               res.generated.size(), how, res.prefill_seconds, res.seconds_per_token,
                c.trunk_wait_seconds - at_start.trunk_wait_seconds, c.expert_wait_seconds - at_start.expert_wait_seconds,
                static_cast<unsigned long long>(c.rejects.rejected + ctl_.rejects().rejected));
 }

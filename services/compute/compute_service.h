@@ -22,6 +22,7 @@ struct PipelineOptions {
   bool prefetch_hints = false;        // as in StandaloneOptions; the guesses go to the fetcher
   int resend_ms = 1000;  // LayerWant / ExpertRequest repeated after this long without an answer
   double slot_wait_seconds = 10;  // PipelineExpertSource's slot_wait (--expert-slot-wait)
+  int max_batch = 1;  // --max-batch: new sequences decoded together (docs/pipeline.md "Batched steps")
 };
 
 // The process: stop signals, control link, service lifecycle; returns the exit code.

@@ -41,7 +41,7 @@ void RouteTokens(const ModelConfig& cfg, const MoeWeights& w, const float* x, in
           weights + t * K);
 }
 
-void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
+int64_t MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
                 const float* x, int64_t T, float* out, int32_t* topk_out, const ExpertHint* hint) {
   const int64_t H = cfg.hidden_size, E = cfg.num_experts, K = cfg.top_k;
   const int64_t L = cfg.latent_size, I = cfg.moe_intermediate_size;
@@ -120,6 +120,7 @@ void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, Expe
   // 7. latent up, 8. plus the shared experts.
   TrunkMatmul(w.trunk, TensorRole::kMoeLatentUp, w.up_lat, ylat.data(), T, out);
   for (int64_t i = 0; i < T * H; ++i) out[i] += shared[i];
+  return static_cast<int64_t>(wanted.size());
 }
 
 }  // namespace k3::compute

@@ -1,5 +1,7 @@
 #include "forward.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -89,13 +91,52 @@ int64_t Forward::journal_bytes() const {
 void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logits,
                   Tracer* trace) {
   if (T <= 0) throw RuntimeFailure("forward: empty chunk");
+  torn_ = true;  // until every layer has consumed the chunk
+  Pass({Segment{&state_, ids, T, all_positions, logits}}, trace, journal_.open);
+}
+
+void Forward::RunBatch(const std::vector<Segment>& segments) {
+  if (segments.empty()) throw RuntimeFailure("forward: empty batch");
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& s = segments[i];
+    if (s.T <= 0 || !s.state || !s.ids) throw RuntimeFailure("forward: empty batch segment");
+    if (s.state == &state_) throw RuntimeFailure("forward: a batch segment uses the forward's own state");
+    for (size_t j = 0; j < i; ++j)
+      if (segments[j].state == s.state) throw RuntimeFailure("forward: two batch segments share one state");
+  }
+  Pass(segments, nullptr, false);
+}
+
+void Forward::Pass(const std::vector<Segment>& segs, Tracer* trace, bool journal) {
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Observe {  // on every return of a completed pass (not on a stop)
+    const Forward& f;
+    std::chrono::steady_clock::time_point t0;
+    int64_t rows = 0;
+    bool done = false;
+    ~Observe() {
+      if (done && f.on_pass_) f.on_pass_(rows, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  } observe{*this, t0};
   const int64_t H = cfg_.hidden_size;
   const double eps = cfg_.rms_norm_eps;
-  const size_t TH = static_cast<size_t>(T * H);
   const int64_t F = sizeof(float);
+  // The stacked rows: segment i owns rows [spans[i].row0, + T).
+  std::vector<RowSpan> spans;
+  std::vector<int32_t> ids;
+  for (const Segment& s : segs) {
+    spans.push_back({static_cast<int64_t>(ids.size()), s.T});
+    ids.insert(ids.end(), s.ids, s.ids + s.T);
+  }
+  const int64_t T = static_cast<int64_t>(ids.size());
+  observe.rows = T;
+  const size_t TH = static_cast<size_t>(T * H);
+  std::vector<KdaState*> kda(segs.size());
+  std::vector<MlaCache*> mla(segs.size());
+  pass_experts_.assign(static_cast<size_t>(cfg_.num_layers), 0);
 
   Buf P(TH);  // running sum; starts as the embedding
-  if (head_) head_->Embed(ids, T, P.data());
+  if (head_) head_->Embed(ids.data(), T, P.data());
   else
     for (int64_t t = 0; t < T; ++t) kern::RowToFloat(g_.embed, ids[t], P.data() + t * H);
   if (trace) trace->Append("embed.f32", P.data(), T * H * F);
@@ -103,7 +144,6 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
   std::vector<Buf> B;  // block snapshots, per token
   Buf a(TH), x(TH), o(TH);
   std::vector<int32_t> topk(static_cast<size_t>(T * cfg_.top_k));
-  torn_ = true;  // until every layer has consumed the chunk
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
     const LayerWeights& w = layers_.Acquire(l);
     if (B.empty()) {
@@ -114,11 +154,13 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
     const bool fresh = cfg_.is_block_start(l);
     if (fresh) B.push_back(std::move(P));  // snapshot before this layer; P ← ∅
     RmsChunk(a.data(), w.in_norm, T, H, eps, x.data());
+    const size_t li = static_cast<size_t>(l);
     if (w.kind == MixerKind::KDA) {
-      KdaForward(cfg_, w.kda, state_.kda[static_cast<size_t>(l)], x.data(), T, o.data(),
-                 journal_.open ? &journal_.kda[static_cast<size_t>(l)] : nullptr);
+      for (size_t i = 0; i < segs.size(); ++i) kda[i] = &segs[i].state->kda[li];
+      KdaForward(cfg_, w.kda, kda, spans, x.data(), T, o.data(), journal ? &journal_.kda[li] : nullptr);
     } else {
-      MlaForward(cfg_, w.mla, state_.mla[static_cast<size_t>(l)], x.data(), T, o.data());
+      for (size_t i = 0; i < segs.size(); ++i) mla[i] = &segs[i].state->mla[li];
+      MlaForward(cfg_, w.mla, mla, spans, x.data(), T, o.data());
     }
     if (trace) trace->Append(LayerFile(l, "mixer.f32"), o.data(), T * H * F);
     if (fresh) {
@@ -138,7 +180,8 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
       if (hint.layer >= 0) experts_.Hint(hint.layer, hint.experts);
       FfnForward(cfg_, w.dense_ffn, x.data(), T, o.data());
     } else {
-      MoeForward(cfg_, l, w.moe, experts_, x.data(), T, o.data(), topk.data(), hint.layer >= 0 ? &hint : nullptr);
+      pass_experts_[li] =
+          MoeForward(cfg_, l, w.moe, experts_, x.data(), T, o.data(), topk.data(), hint.layer >= 0 ? &hint : nullptr);
       if (T == 1) hints_.Score(l, topk.data(), cfg_.top_k);
     }
     layers_.Release(l);
@@ -151,22 +194,44 @@ void Forward::Run(const int32_t* ids, int64_t T, bool all_positions, float* logi
     }    // Safe point: nothing is held (the layer and its experts are released).
     if (stop_check_ && stop_check_()) throw StopAtSafePoint{};
   }
-  state_.position += T;
-  torn_ = false;
-  if (journal_.open) journal_.T = T;
+  for (const Segment& s : segs) s.state->position += s.T;
+  observe.done = true;
+  if (segs[0].state == &state_) {  // Run: the state is whole again (the head reads no state)
+    torn_ = false;
+    if (journal_.open) journal_.T = T;
+  }
 
   // Model output: AttnRes over the snapshots and h, final norm, lm_head.
   AttnResChunk(B, P.data(), g_.out_res_fold, T, H, eps, a.data());
   RmsChunk(a.data(), g_.final_norm, T, H, eps, x.data());
   if (trace) trace->Append("final.f32", x.data(), T * H * F);
-  if (!logits) return;
-  if (all_positions) {
-    if (head_) head_->Logits(x.data(), T, logits);
-    else kern::Matmul(g_.lm_head, x.data(), T, logits);
-    if (trace) trace->Append("logits.f32", logits, T * cfg_.vocab_size * F);
-  } else {
-    if (head_) head_->Logits(x.data() + (T - 1) * H, 1, logits);
-    else kern::Matmul(g_.lm_head, x.data() + (T - 1) * H, 1, logits);
+  // lm_head once over the rows that need logits (every row of an all_positions segment, else
+  // its last), so a streamed lm_head is read once per pass; then each segment gets its rows.
+  std::vector<size_t> pick;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    if (!segs[i].logits) continue;
+    const int64_t first = segs[i].all_positions ? spans[i].row0 : spans[i].row0 + spans[i].T - 1;
+    for (int64_t r = first; r < spans[i].row0 + spans[i].T; ++r) pick.push_back(static_cast<size_t>(r));
+  }
+  if (pick.empty()) return;
+  const int64_t R = static_cast<int64_t>(pick.size()), V = cfg_.vocab_size;
+  Buf rows(static_cast<size_t>(R * H));
+  for (size_t r = 0; r < pick.size(); ++r)
+    std::copy(x.begin() + static_cast<std::ptrdiff_t>(pick[r] * H),
+              x.begin() + static_cast<std::ptrdiff_t>((pick[r] + 1) * H), rows.begin() + static_cast<std::ptrdiff_t>(r * H));
+  const bool one = segs.size() == 1;  // a single segment writes straight into its buffer
+  Buf out_all(one ? 0 : static_cast<size_t>(R * V));
+  float* out = one ? segs[0].logits : out_all.data();
+  if (head_) head_->Logits(rows.data(), R, out);
+  else kern::Matmul(g_.lm_head, rows.data(), R, out);
+  if (trace && segs[0].all_positions) trace->Append("logits.f32", out, T * V * F);
+  if (one) return;
+  int64_t at = 0;
+  for (const Segment& s : segs) {
+    if (!s.logits) continue;
+    const int64_t n = s.all_positions ? s.T : 1;
+    std::copy(out_all.begin() + at * V, out_all.begin() + (at + n) * V, s.logits);
+    at += n;
   }
 }
 

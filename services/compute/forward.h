@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "expert_hints.h"
 #include "rollback.h"
@@ -14,6 +15,17 @@
 #include "trace.h"
 
 namespace k3::compute {
+
+// One sequence's rows in a batched pass (Forward::RunBatch): `T` ids fed after `state`'s
+// position, with the sequence's own state. logits receives [T][vocab] when all_positions,
+// else [vocab] for the last row only; null skips the head for this sequence.
+struct Segment {
+  SequenceState* state = nullptr;
+  const int32_t* ids = nullptr;
+  int64_t T = 0;
+  bool all_positions = false;
+  float* logits = nullptr;
+};
 
 class Forward {
  public:
@@ -26,9 +38,17 @@ class Forward {
   const SequenceState& state() const { return state_; }
   // State files: replaces the sequence state (a loaded one). torn(): a Run stopped between
   // layers (StopAtSafePoint) left the state half-updated; only Reset or LoadState mend it.
-  void LoadState(SequenceState s) {
+  void LoadState(SequenceState s, bool torn = false) {
     state_ = std::move(s);
-    torn_ = false;
+    torn_ = torn;
+  }
+  // Hands the sequence state to a caller that runs it elsewhere (a batched sequence, which
+  // reuses its memory); this Forward is then torn until LoadState or Reset.
+  SequenceState TakeState() {
+    SequenceState s = std::move(state_);
+    state_ = SequenceState{};
+    torn_ = true;
+    return s;
   }
   bool torn() const { return torn_; }
   // The sequence will hold at most `positions` tokens (the context): the MLA caches take
@@ -39,6 +59,20 @@ class Forward {
   // all_positions, else [vocab] for the last token only; null skips the head.
   // trace (may be null) gets the per-layer activations of these T tokens appended.
   void Run(const int32_t* ids, int64_t T, bool all_positions, float* logits, Tracer* trace);
+
+  // One pass over every layer's weights for several sequences (docs/pipeline.md "Batched
+  // steps"): the segments' rows are stacked; per-row work and the mixers' projections run
+  // once over all of them, the recurrence / attention per segment on its own state. Each
+  // segment's logits and new state are bit-identical to a Run of it alone. The segments'
+  // states must be distinct and not this Forward's own (state()); no trace, no journal. A
+  // StopAtSafePoint leaves every segment's state half-updated (torn).
+  void RunBatch(const std::vector<Segment>& segments);
+
+  // Distinct experts the last pass (Run or RunBatch) requested, per layer (0 for dense ones).
+  const std::vector<int64_t>& pass_experts() const { return pass_experts_; }
+  // Called at the end of every completed pass with its rows and wall seconds (compute's Step
+  // messages); empty: nothing. Never touches the arithmetic.
+  void SetPassObserver(std::function<void(int64_t rows, double seconds)> f) { on_pass_ = std::move(f); }
 
   // Speculative verification (speculate.h): the next Run records a journal (rollback.h), and
   // KeepFirst(keep) then leaves the state exactly as if only the first `keep` tokens of that
@@ -63,7 +97,12 @@ class Forward {
   LayerSource& layers_;
   ExpertSource& experts_;
   HeadSource* head_ = nullptr;
+  // The pass both Run and RunBatch are; `journal` only with one segment.
+  void Pass(const std::vector<Segment>& segments, Tracer* trace, bool journal);
+
   SequenceState state_;
+  std::vector<int64_t> pass_experts_;
+  std::function<void(int64_t, double)> on_pass_;
   bool torn_ = false;
   VerifyJournal journal_;
   std::function<bool()> stop_check_;

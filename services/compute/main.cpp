@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/id_list.h"
 #include "common/process_init.h"
+#include "common/plan/memory_plan.h"
 #include "common/run_main.h"
 #include "common/sampling_flags.h"
 #include "common/version.h"
@@ -90,6 +91,10 @@ int main(int argc, char** argv) {
   app.add_option("--experts-arena", pipe.experts_arena, "experts shm name");
   app.add_option("--embed-arena", pipe.embed_arena, "embed-window shm name (embedding streamed)");
   app.add_flag("--stream-lm-head", pipe.stream_lm_head, "lm_head streamed through the ring");
+  app.add_option("--max-batch", pipe.max_batch,
+                 "pipeline: new sequences (Generates without keep_state) decoded together in one pass "
+                 "over the weights, at most this many (docs/pipeline.md \"Batched steps\")")
+      ->check(CLI::Range(1, static_cast<int>(k3::plan::kMaxBatch)));
   app.add_option("--expert-slot-wait", pipe.slot_wait_seconds,
                  "seconds to wait while every needed expert is refused for lack of a slot and compute "
                  "holds none (another client keeps them) before failing")

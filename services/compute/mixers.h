@@ -1,9 +1,13 @@
-// The per-layer blocks of the forward pass, each over a chunk of T consecutive tokens
-// x[T][hidden] (already normalised) → out[T][hidden]. Every per-token result is the same
-// arithmetic whatever T is, so chunked prefill equals token-by-token decoding bit for bit.
+// The per-layer blocks of the forward pass, each over N stacked rows x[N][hidden] (already
+// normalised) → out[N][hidden]. The rows are one or more sequences' chunks (a batch: RowSpan);
+// every per-token result is the same arithmetic whatever the chunk, the batch or N is, so
+// chunked prefill equals token-by-token decoding, and a sequence in a batch equals it alone,
+// bit for bit. The mixers run their projections once over all N rows and only the
+// recurrence / attention per sequence, on that sequence's state.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "rollback.h"
 #include "sources.h"
@@ -11,18 +15,26 @@
 
 namespace k3::compute {
 
-// Kimi Delta Attention (docs/model.md, "Kimi Delta Attention"); advances the recurrent state and conv windows.
-// `journal` (may be null) records what KdaKeepFirst needs (rollback.h).
-void KdaForward(const ModelConfig& cfg, const KdaWeights& w, KdaState& st, const float* x,
-                int64_t T, float* out, KdaJournal* journal = nullptr);
+// Rows [row0, row0 + T) of the stacked rows belong to one sequence, in token order.
+struct RowSpan {
+  int64_t row0 = 0, T = 0;
+};
+
+// Kimi Delta Attention (docs/model.md, "Kimi Delta Attention"); advances each span's recurrent
+// state and conv windows (st[i] for spans[i]). `journal` (may be null; one span only) records
+// what KdaKeepFirst needs (rollback.h).
+void KdaForward(const ModelConfig& cfg, const KdaWeights& w, const std::vector<KdaState*>& st,
+                const std::vector<RowSpan>& spans, const float* x, int64_t N, float* out,
+                KdaJournal* journal = nullptr);
 
 // Returns st to "after the first `keep` tokens" of the pass `j` recorded: the snapshot, then
 // the conv-window shifts and KdaSteps of those tokens replayed. No weights are needed.
 void KdaKeepFirst(const ModelConfig& cfg, KdaState& st, const KdaJournal& j, int64_t keep);
 
-// Gated MLA with NoPE in the absorbed form over the latent cache ("Gated MLA"); appends T rows.
-void MlaForward(const ModelConfig& cfg, const MlaWeights& w, MlaCache& cache, const float* x,
-                int64_t T, float* out);
+// Gated MLA with NoPE in the absorbed form over the latent cache ("Gated MLA"); appends each
+// span's T rows to its own cache (cache[i] for spans[i]).
+void MlaForward(const ModelConfig& cfg, const MlaWeights& w, const std::vector<MlaCache*>& cache,
+                const std::vector<RowSpan>& spans, const float* x, int64_t N, float* out);
 
 // SiTU-GLU MLP (dense layer 0 and the shared experts; "SiTU-GLU feed-forward").
 void FfnForward(const ModelConfig& cfg, const FfnWeights& w, const float* x, int64_t T,
@@ -41,8 +53,9 @@ struct ExpertHint {
 };
 
 // Stable LatentMoE ("Latent MoE"); topk_out[T][top_k] receives the selected experts (may be null);
-// `hint` (may be null) is handed to `experts` right after this layer's request.
-void MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
+// `hint` (may be null) is handed to `experts` right after this layer's request. Returns how
+// many distinct experts it requested (the union over the T rows, each read once).
+int64_t MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, ExpertSource& experts,
                 const float* x, int64_t T, float* out, int32_t* topk_out, const ExpertHint* hint = nullptr);
 
 // --expert-inputs: "f32" -> false, "bf16" -> true (ModelConfig::expert_inputs_bf16); anything

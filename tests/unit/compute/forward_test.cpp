@@ -239,5 +239,109 @@ TEST_F(TinyModel, MissingTensorIsABadModel) {
   ExpectBindError([&] { BindLayer(cfg_, 3, bad); }, gone);
 }
 
+// Batching (Forward::RunBatch): three sequences with staggered starts, a prompt chunk beside
+// decode tokens beside another prompt, logits of every row or of the last: each sequence's
+// logits and final state are bit-identical to the same chunks run alone (at another thread
+// count), and two sequences never see each other's state.
+struct BatchSeq {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> chunks;  // the rows it feeds at each of its steps
+  int64_t start = 0;            // the batch step of its first chunk
+  bool all_positions = false;
+};
+
+std::vector<BatchSeq> BatchSchedule(int64_t V) {
+  auto ids = [V](int n, int mul, int add) {
+    std::vector<int32_t> v;
+    for (int i = 0; i < n; ++i) v.push_back(static_cast<int32_t>((i * mul + add) % V));
+    return v;
+  };
+  return {{ids(10, 37, 5), {4, 1, 1, 1, 1, 1, 1}, 0, false},
+          {ids(8, 11, 3), {1, 1, 1, 1, 1, 1, 1, 1}, 1, true},
+          {ids(12, 29, 7), {6, 5, 1}, 2, true},
+          {ids(10, 37, 5), {3, 3, 3, 1}, 3, false}};  // the first one's ids: same logits, own state
+}
+
+int64_t Rows(const BatchSeq& s, size_t k) { return s.all_positions ? s.chunks[k] : 1; }
+
+bool StatesEqual(const SequenceState& a, const SequenceState& b) {
+  auto eq = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  if (a.position != b.position) return false;
+  for (size_t l = 0; l < a.kda.size(); ++l)
+    if (!eq(a.kda[l].S, b.kda[l].S) || !eq(a.kda[l].conv_q, b.kda[l].conv_q) || !eq(a.kda[l].conv_k, b.kda[l].conv_k) ||
+        !eq(a.kda[l].conv_v, b.kda[l].conv_v))
+      return false;
+  for (size_t l = 0; l < a.mla.size(); ++l)
+    if (a.mla[l].len != b.mla[l].len || !eq(a.mla[l].c, b.mla[l].c) || !eq(a.mla[l].kpe, b.mla[l].kpe)) return false;
+  return true;
+}
+
+TEST_F(TinyModel, BatchedPassIsBitIdenticalToEachSequenceAlone) {
+  const int64_t V = cfg_.vocab_size;
+  const auto seqs = BatchSchedule(V);
+  const int saved = omp_get_max_threads();
+  // Alone, one thread: logits of every step, and the final state.
+  omp_set_num_threads(1);
+  std::vector<std::vector<std::vector<float>>> solo(seqs.size());
+  std::vector<SequenceState> solo_state;
+  for (const BatchSeq& s : seqs) {
+    Forward f(cfg_, globals_, *layers_, *experts_);
+    int64_t at = 0;
+    auto& out = solo[solo_state.size()];
+    for (size_t k = 0; k < s.chunks.size(); ++k) {
+      out.emplace_back(static_cast<size_t>(Rows(s, k) * V));
+      f.Run(s.ids.data() + at, s.chunks[k], s.all_positions, out.back().data(), nullptr);
+      at += s.chunks[k];
+    }
+    solo_state.push_back(f.state());
+  }
+  // Batched, three threads: each step feeds the next chunk of every sequence that has one.
+  omp_set_num_threads(3);
+  Forward f(cfg_, globals_, *layers_, *experts_);
+  std::vector<SequenceState> state(seqs.size());
+  for (SequenceState& st : state) st.Reset(cfg_);
+  std::vector<int64_t> at(seqs.size(), 0);
+  int64_t max_batch = 0;
+  for (int64_t step = 0; step < 12; ++step) {
+    std::vector<Segment> segs;
+    std::vector<std::pair<size_t, size_t>> who;  // (sequence, chunk)
+    std::vector<std::vector<float>> logits(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const int64_t k = step - seqs[i].start;
+      if (k < 0 || k >= static_cast<int64_t>(seqs[i].chunks.size())) continue;
+      logits[i].resize(static_cast<size_t>(Rows(seqs[i], static_cast<size_t>(k)) * V));
+      segs.push_back({&state[i], seqs[i].ids.data() + at[i], seqs[i].chunks[static_cast<size_t>(k)],
+                      seqs[i].all_positions, logits[i].data()});
+      who.push_back({i, static_cast<size_t>(k)});
+      at[i] += seqs[i].chunks[static_cast<size_t>(k)];
+    }
+    if (segs.empty()) continue;
+    max_batch = std::max<int64_t>(max_batch, static_cast<int64_t>(segs.size()));
+    f.RunBatch(segs);
+    for (const auto& [i, k] : who)
+      EXPECT_TRUE(BitEqual(logits[i], solo[i][k])) << "sequence " << i << " step " << step << " chunk " << k;
+  }
+  omp_set_num_threads(saved);
+  EXPECT_GE(max_batch, 3);
+  for (size_t i = 0; i < seqs.size(); ++i) EXPECT_TRUE(StatesEqual(state[i], solo_state[i])) << "sequence " << i;
+  // Sequences 0 and 3 fed the same ids in other chunks: the same logits at the end (own states).
+  EXPECT_TRUE(BitEqual(solo[0].back(), solo[3].back()));
+  // The forward's own state was not touched.
+  EXPECT_EQ(f.position(), 0);
+  EXPECT_GT(f.pass_experts().size(), 0u);
+}
+
+TEST_F(TinyModel, BatchRefusesSharedOrOwnState) {
+  Forward f(cfg_, globals_, *layers_, *experts_);
+  SequenceState s;
+  s.Reset(cfg_);
+  const int32_t id = 1;
+  EXPECT_THROW(f.RunBatch({{&s, &id, 1, false, nullptr}, {&s, &id, 1, false, nullptr}}), Error);
+  EXPECT_THROW(f.RunBatch({{const_cast<SequenceState*>(&f.state()), &id, 1, false, nullptr}}), Error);
+  EXPECT_EQ(s.position, 0);
+}
+
 }  // namespace
 }  // namespace k3::compute

@@ -109,8 +109,10 @@ TEST(CommandLines, OptionalFlags) {
   o.dump_cache_trace = "/tmp/trace";
   o.expert_server = {"tcp://10.0.0.2:5557", "tcp://10.0.0.3:5557"};
   o.expert_server_timeout = 2.5;
+  o.max_batch = 4;
   const auto v = ServiceCommandLines(o, Layout(), Plan(), Endpoints(), "/vocab");
   const Argv& c = Find(v, "compute").argv;
+  EXPECT_EQ(After(c, "--max-batch"), "4");
   EXPECT_EQ(After(c, "--threads"), "3");
   EXPECT_EQ(After(c, "--expert-inputs"), "bf16");
   EXPECT_TRUE(Has(c, "--probe-membw"));
@@ -129,7 +131,9 @@ TEST(CommandLines, OptionalFlags) {
   EXPECT_TRUE(v[3].restartable);
   // No threads flag at 0 (compute takes every core).
   o.threads = 0;
+  o.max_batch = 1;  // the default: compute's own default, no flag
   EXPECT_FALSE(Has(Find(ServiceCommandLines(o, Layout(), Plan(), Endpoints(), ""), "compute").argv, "--threads"));
+  EXPECT_FALSE(Has(Find(ServiceCommandLines(o, Layout(), Plan(), Endpoints(), ""), "compute").argv, "--max-batch"));
 }
 
 TEST(CommandLines, WarmWhenEveryExpertHasASlotAndHintsWhenAllPinned) {

@@ -338,6 +338,54 @@ TEST(MemoryPlan, RemoteExpertFramesAreBudgeted) {
   EXPECT_EQ(q.remote_frames, 0);
 }
 
+// --max-batch: every sequence beyond the first gets its own KDA state and MLA cache for the
+// whole context (computed here from the config), in one batch-state region; 1 adds nothing.
+TEST(MemoryPlan, BatchStateReservesEachExtraSequence) {
+  const PlanModel m = Synthetic();
+  const ModelConfig& c = m.cfg;
+  PlanOptions one = SmallOptions();
+  one.context = 512;
+  int64_t n_kda = 0;
+  for (MixerKind k : c.layer_kind) n_kda += k == MixerKind::KDA ? 1 : 0;
+  const int64_t n_mla = c.num_layers - n_kda;
+  const int64_t per_sequence =
+      4 * (n_kda * (c.kda_heads * c.kda_head_dim * c.kda_head_dim + 3 * c.kda_heads * c.kda_head_dim * (c.conv_kernel - 1)) +
+           n_mla * one.context * (c.kv_lora_rank + c.qk_rope_head_dim));
+  ASSERT_GT(per_sequence, 0);
+  const MemoryPlan p1 = MakePlan(m, PlanFloor(m, one) + 100 * kMiB, one);
+  EXPECT_EQ(p1.batch_state, 0);
+  const auto r1 = p1.regions();
+  EXPECT_EQ(std::count_if(r1.begin(), r1.end(), [](const Region& r) { return r.region == "batch-state"; }), 0);
+  PlanOptions four = one;
+  four.max_batch = 4;
+  const int64_t extra = PlanFloor(m, four) - PlanFloor(m, one);
+  EXPECT_GE(extra, 3 * per_sequence);
+  // Plus one decode row's scratch per extra sequence: small next to its state and cache.
+  EXPECT_LT(extra, 3 * per_sequence + 3 * 4 * (64 * c.hidden_size + c.vocab_size + c.mla_heads * one.context) + 3 * kMiB);
+  const MemoryPlan p4 = MakePlan(m, PlanFloor(m, four) + 100 * kMiB, four);
+  CheckInvariants(m, p4);
+  EXPECT_EQ(p4.batch_state, extra);
+  const auto r4 = p4.regions();
+  EXPECT_EQ(std::count_if(r4.begin(), r4.end(), [](const Region& r) { return r.region == "batch-state"; }), 1);
+  EXPECT_NE(p4.Table().find("batch-state"), std::string::npos);
+  // Linear in the extra sequences.
+  PlanOptions seven = one;
+  seven.max_batch = 7;
+  EXPECT_EQ(PlanFloor(m, seven) - PlanFloor(m, one), 2 * extra);
+  // Out of range: usage errors.
+  for (int64_t bad : {int64_t{0}, kMaxBatch + 1}) {
+    PlanOptions o = one;
+    o.max_batch = bad;
+    try {
+      PlanFloor(m, o);
+      ADD_FAILURE() << "max_batch " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), kExitUsage) << bad;
+      EXPECT_NE(std::string(e.what()).find("--max-batch"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(MemoryPlan, ExpertSlotsCapLowersSlotsOnly) {
   const PlanModel m = Synthetic();
   const int64_t budget = PlanFloor(m, SmallOptions()) + 200 * kMiB;

@@ -33,7 +33,7 @@ TEST(Toml, EveryKeyWithItsType) {
                  "ring_slots = 3\nthreads = 2\nexpert_inputs = \"bf16\"\nexpert_server = \"tcp://h:1\"\n"
                  "inflight = 5\nmax_pinned_trunk = 100\nfull_recompute = true\nexpert_server_timeout = 2\n"
                  "prefetch_hints = false\nout = \"r.json\"\nquiet = true\nstop_ids = [3, 0, 99]\nexpert_slots = 9\n"
-                 "trunk_piece = \"32M\"\nread_ahead = 268435456\n",
+                 "trunk_piece = \"32M\"\nread_ahead = 268435456\nmax_batch = 4\n",
                  o).first,
             0);
   EXPECT_EQ(o.model, "/etc/k3/m");              // relative: to the TOML's directory
@@ -58,6 +58,7 @@ TEST(Toml, EveryKeyWithItsType) {
   EXPECT_EQ(o.expert_slots, 9);
   EXPECT_EQ(o.trunk_piece, "32M");
   EXPECT_EQ(o.read_ahead, "268435456");
+  EXPECT_EQ(o.max_batch, 4);
   LaunchOptions q;  // several expert servers: a list
   ASSERT_EQ(Toml("expert_server = [\"tcp://a:1\", \"tcp://b:2\"]\n", q).first, 0);
   EXPECT_EQ(q.expert_server, (std::vector<std::string>{"tcp://a:1", "tcp://b:2"}));
@@ -218,6 +219,8 @@ TEST_F(FlagsTest, RangeChecks) {
                                              {"--inflight", "0"},
                                              {"--io", "floppy"},
                                              {"--expert-slots", "0"},
+                                             {"--max-batch", "0"},
+                                             {"--max-batch", "65"},
                                              {"--expert-server", "localhost:1"},
                                              {"--expert-server", "tcp://a:1", "--expert-server", "tcp://a:1"},
                                              {"--unknown-flag"}}) {
@@ -228,6 +231,8 @@ TEST_F(FlagsTest, RangeChecks) {
   EXPECT_NE(msg.find("online cores"), std::string::npos) << msg;
   EXPECT_NE(msg.find(std::to_string(MaxThreads() / 4)), std::string::npos) << msg;
   EXPECT_EQ(Parse({"--threads", std::to_string(MaxThreads())}, o).first, 0);
+  ASSERT_EQ(Parse({"--max-batch", "8"}, o).first, 0);
+  EXPECT_EQ(o.max_batch, 8);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -25,6 +27,10 @@ constexpr int kRingSlots = 3;
 
 class ComputeServiceTest : public ::testing::Test {
  protected:
+  // Trunk layers the reader pins ("" streams every layer through the ring), and what compute
+  // gets beyond the common flags (BatchedComputeTest).
+  virtual std::string Pins() const { return ""; }
+  virtual std::vector<std::string> ComputeFlags() const { return {}; }
   void SetUp() override {
     size_t pinned = 0;
     for (const auto& p : ck_.shard_paths()) pinned += fs::file_size(p) + 8192;
@@ -49,18 +55,20 @@ class ComputeServiceTest : public ::testing::Test {
 
     reader_ = Child({K3_TRUNK_READER, "--model", model_, "--control", launcher_.Endpoint("control"), "--bind",
                      launcher_.Endpoint("trunk"), "--pinned-arena", pinned_.name(), "--ring-arena", ring_.name(),
-                     "--pin", "", "--io", "pread"},
+                     "--pin", Pins(), "--io", "pread"},
                     launcher_.StderrPath("trunk-reader"));
     ASSERT_TRUE(launcher_.WaitReady("trunk-reader")) << launcher_.ReadStderr("trunk-reader");
     fetcher_ = Child({K3_EXPERT_FETCHER, "--model", model_, "--control", launcher_.Endpoint("control"), "--bind",
                       launcher_.Endpoint("experts"), "--arena", experts_.name(), "--io", "pread"},
                      launcher_.StderrPath("expert-fetcher"));
     ASSERT_TRUE(launcher_.WaitReady("expert-fetcher")) << launcher_.ReadStderr("expert-fetcher");
-    compute_ = Child({K3_COMPUTE, "--pipeline", "--model", model_, "--control", launcher_.Endpoint("control"),
-                      "--endpoint", launcher_.Endpoint("compute"), "--trunk", launcher_.Endpoint("trunk"), "--experts",
-                      launcher_.Endpoint("experts"), "--pinned-arena", pinned_.name(), "--ring-arena", ring_.name(),
-                      "--experts-arena", experts_.name(), "--threads", "1"},
-                     launcher_.StderrPath("compute"));
+    std::vector<std::string> argv = {K3_COMPUTE, "--pipeline", "--model", model_, "--control",
+                                     launcher_.Endpoint("control"), "--endpoint", launcher_.Endpoint("compute"), "--trunk",
+                                     launcher_.Endpoint("trunk"), "--experts", launcher_.Endpoint("experts"),
+                                     "--pinned-arena", pinned_.name(), "--ring-arena", ring_.name(), "--experts-arena",
+                                     experts_.name(), "--threads", "1"};
+    for (const std::string& f : ComputeFlags()) argv.push_back(f);
+    compute_ = Child(argv, launcher_.StderrPath("compute"));
     ASSERT_TRUE(launcher_.WaitReady("compute")) << launcher_.ReadStderr("compute");
   }
   void TearDown() override {
@@ -98,6 +106,7 @@ class ComputeServiceTest : public ::testing::Test {
       auto m = Next();
       if (!m) return std::nullopt;
       if (const auto* t = std::get_if<cp::Token>(&*m)) ids.push_back(t->id);
+      if (const auto* s = std::get_if<cp::Step>(&*m)) steps_.push_back(*s);
       if (const auto* d = std::get_if<cp::Done>(&*m)) return *d;
     }
   }
@@ -122,6 +131,7 @@ class ComputeServiceTest : public ::testing::Test {
   ipc::ShmArena pinned_, ring_, experts_;
   zmq::socket_t compute_ep_{launcher_.ctx(), zmq::socket_type::router};
   ipc::RejectCounter rejects_;
+  std::vector<cp::Step> steps_;  // what Collect saw
   Child reader_, fetcher_, compute_;
 };
 
@@ -132,6 +142,21 @@ TEST_F(ComputeServiceTest, StopIdsEndTheGenerationAndDoneSaysSo) {
   ASSERT_TRUE(d) << launcher_.ReadStderr("compute");
   EXPECT_EQ(d->reason, cp::StopReason::kLength);
   ASSERT_EQ(full.size(), 10u);
+  // One Step per pass, also at max_batch 1: the prompt pass, then 9 one-row decode passes.
+  ASSERT_EQ(steps_.size(), 10u);
+  EXPECT_EQ(steps_[0].rows, 8);
+  EXPECT_EQ(steps_[0].prefill_rows, 8);
+  for (const cp::Step& s : steps_) {
+    EXPECT_EQ(s.sequences, 1);
+    EXPECT_EQ(s.request_ids, std::vector<uint64_t>{1});
+    EXPECT_GT(s.experts, 0);
+    EXPECT_EQ(s.trunk_bytes, steps_[0].trunk_bytes);
+  }
+  EXPECT_EQ(steps_[9].rows, 1);
+  EXPECT_EQ(steps_[9].prefill_rows, 0);
+  int64_t trunk = 0;  // every layer's trunk tensors, from the shard headers
+  for (int l = 0; l < cfg_.num_layers; ++l) trunk += LayerTrunkRange(ck_, cfg_, l).tensor_bytes;
+  EXPECT_EQ(steps_[0].trunk_bytes, trunk);
   size_t first = 0;
   while (full[first] != full[4]) ++first;
   Send(2, {1, 5, 9, 200, 77, 3, 18, 42}, 10, false, 0, {full[4]});
@@ -375,6 +400,131 @@ TEST_F(ComputeServiceTest, KeepStateAndStateOpsContinueTheSequenceExactly) {
   EXPECT_EQ(compute_.Wait(10s), 0) << launcher_.ReadStderr("compute");
   fs::remove_all(dir);
 }
+
+// --max-batch 3 (docs/pipeline.md "Batched steps"), with the trunk streamed through the ring
+// or every layer pinned: four Generates sent at once, each with its own prompt, sampling,
+// seed, length and prompt chunk; three run together and the fourth joins when one ends; one
+// is cancelled mid-batch. Every request gets exactly the ids it gets alone (computed by the
+// unbatched full-recompute path, RunGreedy), and each pass reports one Step.
+class BatchedComputeTest : public ComputeServiceTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  std::string Pins() const override {
+    if (!GetParam()) return "";
+    std::string all;
+    for (int l = 0; l < cfg_.num_layers; ++l) {
+      if (l > 0) all.push_back(',');
+      all.append(std::to_string(l));
+    }
+    return all;
+  }
+  std::vector<std::string> ComputeFlags() const override { return {"--max-batch", "3"}; }
+
+  static std::vector<cp::Generate> Requests() {
+    std::vector<cp::Generate> out(4);
+    out[0].ids = {1, 5, 9, 200, 77, 3, 18, 42};
+    out[0].gen = 14;
+    out[1].ids = {7, 7, 300, 2, 11};
+    out[1].gen = 9;
+    out[1].sampling.temperature = 0.9f;
+    out[1].sampling.top_p = 0.9f;
+    out[1].sampling.seed = 1234;
+    out[1].prefill_chunk = 2;
+    out[2].ids = {1, 5, 9, 200, 77, 3, 18, 42, 4, 4, 90, 17, 60, 61, 62, 63, 64};
+    out[2].gen = 40;  // cancelled after a few tokens
+    out[2].sampling.temperature = 1.2f;
+    out[2].sampling.seed = 99;
+    out[2].sampling.frequency_penalty = 0.5f;
+    out[2].prefill_chunk = 5;
+    out[3].ids = {13, 8, 21};
+    out[3].gen = 6;
+    out[3].sampling.temperature = 0.7f;
+    out[3].sampling.top_k = 20;
+    out[3].sampling.seed = 5;
+    for (size_t i = 0; i < out.size(); ++i) out[i].request_id = 100 + i;
+    return out;
+  }
+};
+
+TEST_P(BatchedComputeTest, ConcurrentRequestsGetExactlyTheirSoloIds) {
+  const auto reqs = Requests();
+  // Alone: one at a time through RunGreedy (full_recompute is never batched).
+  std::map<uint64_t, std::vector<int32_t>> solo;
+  for (cp::Generate g : reqs) {
+    g.request_id += 1000;
+    g.full_recompute = true;
+    Send(g);
+    std::vector<int32_t> ids;
+    auto d = Collect(ids);
+    ASSERT_TRUE(d) << launcher_.ReadStderr("compute");
+    ASSERT_EQ(d->reason, cp::StopReason::kLength);
+    ASSERT_EQ(static_cast<int32_t>(ids.size()), g.gen);
+    solo[g.request_id - 1000] = ids;
+    // Alone through RunGreedy: one Step per pass too (each step recomputes the whole sequence).
+    EXPECT_GE(static_cast<int32_t>(steps_.size()), g.gen);
+    for (const cp::Step& s : steps_) EXPECT_EQ(s.request_ids, std::vector<uint64_t>{g.request_id});
+    steps_.clear();
+  }
+  // Together.
+  for (const cp::Generate& g : reqs) Send(g);
+  std::map<uint64_t, std::vector<int32_t>> got;
+  std::map<uint64_t, cp::Done> done;
+  std::vector<cp::Step> steps;
+  bool cancel_sent = false;
+  size_t at = 0, first_done = SIZE_MAX, first_fourth = SIZE_MAX;  // message positions
+  while (done.size() < reqs.size()) {
+    auto m = Next();
+    ++at;
+    ASSERT_TRUE(m) << launcher_.ReadStderr("compute");
+    if (const auto* t = std::get_if<cp::Token>(&*m)) {
+      auto& v = got[t->request_id];
+      EXPECT_EQ(t->index, static_cast<int32_t>(v.size()));
+      v.push_back(t->id);
+      if (t->request_id == 102 && v.size() == 3 && !cancel_sent) {
+        ipc::SendMessage(compute_ep_, ipc::Encode(cp::Cancel{102}), {}, "compute");
+        cancel_sent = true;
+      }
+    } else if (const auto* st = std::get_if<cp::Step>(&*m)) {
+      steps.push_back(*st);
+      if (std::count(st->request_ids.begin(), st->request_ids.end(), 103u)) first_fourth = std::min(first_fourth, at);
+    } else if (const auto* d = std::get_if<cp::Done>(&*m)) {
+      done[d->request_id] = *d;
+      first_done = std::min(first_done, at);
+    }
+  }
+  for (uint64_t id : {100u, 101u, 103u}) {
+    EXPECT_EQ(done[id].reason, cp::StopReason::kLength) << id;
+    EXPECT_EQ(got[id], solo[id]) << "request " << id;
+    EXPECT_EQ(done[id].stats.generated_tokens, static_cast<int32_t>(solo[id].size()));
+  }
+  // The cancelled one: its solo ids up to where the Cancel reached it.
+  EXPECT_EQ(done[102].reason, cp::StopReason::kCancelled);
+  ASSERT_GE(got[102].size(), 3u);
+  ASSERT_LT(got[102].size(), solo[102].size());
+  EXPECT_EQ(got[102], std::vector<int32_t>(solo[102].begin(), solo[102].begin() + static_cast<long>(got[102].size())));
+  // Steps: at most 3 sequences, at least one pass with 3, prefill beside decode rows, and the
+  // fourth request in a pass only after another ended.
+  ASSERT_FALSE(steps.empty());
+  int32_t most = 0;
+  bool mixed = false;
+  for (const cp::Step& st : steps) {
+    EXPECT_LE(st.sequences, 3);
+    EXPECT_EQ(st.sequences, static_cast<int32_t>(st.request_ids.size()));
+    EXPECT_GE(st.rows, st.sequences);
+    EXPECT_GT(st.trunk_bytes, 0);
+    EXPECT_GT(st.experts, 0);
+    EXPECT_GT(st.expert_bytes, 0);
+    most = std::max(most, st.sequences);
+    mixed = mixed || (st.prefill_rows > 0 && st.rows > st.prefill_rows);
+  }
+  EXPECT_EQ(most, 3);
+  EXPECT_TRUE(mixed);
+  EXPECT_GT(first_fourth, first_done);  // it waited for a free place
+  launcher_.Shutdown("compute");
+  EXPECT_EQ(compute_.Wait(10s), 0) << launcher_.ReadStderr("compute");
+}
+
+INSTANTIATE_TEST_SUITE_P(Budgets, BatchedComputeTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? std::string("Resident") : std::string("Streaming"); });
 
 }  // namespace
 }  // namespace k3::test
