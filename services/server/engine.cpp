@@ -219,6 +219,7 @@ void Engine::OnPromptIds(uint64_t id, std::vector<int32_t> ids) {
 }
 
 std::vector<int32_t> Engine::StopIdsFor(const Active& a) const {
+  if (a.job->spec.ignore_eos) return {};
   if (a.job->spec.endpoint != Endpoint::kChat) return cfg_.stop_ids;
   return MergeIds(cfg_.stop_ids, {chat_ids_->eom, chat_ids_->eos});
 }

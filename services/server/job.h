@@ -42,6 +42,7 @@ struct RequestSpec {
   std::vector<std::string> stop;
   int32_t logprobs = -1;  // -1 off; N >= 0: each token's logprob and the N most likely
   bool stream = false, include_usage = false, return_token_ids = false;
+  bool ignore_eos = false;  // vLLM's extension: the model's end ids do not end the request
 };
 
 // One generated token as logprobs show it: its bytes, logprob and the most likely alternatives.

@@ -225,6 +225,7 @@ std::variant<RequestSpec, HttpError> ParseRequest(const std::string& body_text, 
       if (const json* u = Field(*so, "include_usage")) r.include_usage = Boolean(*u, "include_usage");
     }
     if (const json* v = Field(body, "return_token_ids")) r.return_token_ids = Boolean(*v, "return_token_ids");
+    if (const json* v = Field(body, "ignore_eos")) r.ignore_eos = Boolean(*v, "ignore_eos");
     if (const json* lb = Field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty()))
       throw Bad{"'logit_bias' is not supported"};
     if (const json* rf = Field(body, "response_format"); rf && !(rf->is_object() && rf->value("type", "") == "text"))
