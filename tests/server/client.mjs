@@ -2,7 +2,7 @@
 // Usage: node client.mjs '{"base": URL, "key": KEY, "op": OP, ...}'; prints one JSON result.
 //   models                  list + retrieve of an unknown id
 //   create   {params}       one request (streamed when params.stream): the answer or the chunks
-//   concurrent {list}       several requests at once, each as `create`
+//   concurrent {list, delays} several requests at once, each as `create`
 //   abort    {params, after} a stream the client aborts after `after` chunks
 //   error    {params}       a request expected to fail: its status and error object
 import OpenAI from "openai";
@@ -37,8 +37,12 @@ async function main() {
     case "create":
       return await create(spec.params);
     case "concurrent":
+      // delays[i]: ms before request i starts (so the earlier ones are already queued or running)
       return await Promise.all(
-        spec.list.map((p) => create(p).catch((e) => ({ status: e.status ?? null, error: e.error ?? String(e) }))));
+        spec.list.map((p, i) =>
+          new Promise((r) => setTimeout(r, (spec.delays ?? [])[i] ?? 0))
+            .then(() => create(p))
+            .catch((e) => ({ status: e.status ?? null, error: e.error ?? String(e) }))));
     case "abort": {
       const controller = new AbortController();
       const stream = await endpoint(spec.params).create(spec.params, { signal: controller.signal });
