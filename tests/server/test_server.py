@@ -415,6 +415,7 @@ class ServeModeTest(unittest.TestCase):
         code = srv.p.wait(timeout=10)
         took = time.time() - t0
         srv.err.close()
+        print("Ctrl-C during a stream: k3-launch exited %d after %.2f s" % (code, took), file=sys.stderr)
         self.assertLess(took, 3.0)
         self.assertEqual(code, 5)
         self.assertTrue(all(not os.path.exists("/proc/%d" % k) for k in kids), kids)
