@@ -400,6 +400,34 @@ class ServeModeTest(unittest.TestCase):
         finally:
             srv.stop()
 
+    def test_health_503_until_every_service_is_ready(self):
+        # k3-server alone: nobody relays the other services' Ready, so it never becomes healthy.
+        port = free_port()
+        run = "ipc://@k3-server-test-%d-%d" % (os.getpid(), port)
+        p = subprocess.Popen([os.path.join(BIN, "k3-server"), "--control", run + "/control", "--compute", run + "/compute",
+                              "--tokenizer", run + "/tokenizer", "--listen", "127.0.0.1:%d" % port, "--model-name", NAME,
+                              "--vocab-size", "4352", "--wait-for", "trunk-reader,compute"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            base = "http://127.0.0.1:%d" % port
+            deadline = time.time() + 20
+            while True:
+                try:
+                    st, body = request("GET", base + "/health", timeout=2)
+                    break
+                except OSError:
+                    self.assertLess(time.time(), deadline, "k3-server never listened")
+                    time.sleep(0.05)
+            self.assertEqual(st, 503)
+            self.assertIn("trunk-reader, compute", json.loads(body)["error"]["message"])
+            st, body = request("POST", base + "/v1/completions", json.dumps({"model": NAME, "prompt": "x"}).encode())
+            self.assertEqual(st, 503)
+            self.assertEqual(json.loads(body)["error"]["type"], "server_error")
+        finally:
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=10)
+        self.assertEqual(p.returncode, 5, err)
+
     def test_ctrl_c_stops_everything_within_3s(self):
         srv = Server(self.tmp)
         pid = srv.p.pid
