@@ -16,36 +16,6 @@ namespace tk = ipc::tokenizer;
 namespace cp = ipc::compute;
 using Clock = std::chrono::steady_clock;
 
-ChannelSplitter::ChannelSplitter(const ChatControlIds& ids, bool thinking)
-    : ids_(ids), channel_(thinking ? Channel::kThink : Channel::kResponse) {}
-
-ChannelSplitter::Channel ChannelSplitter::Push(int32_t id) {
-  if (ended_) return Channel::kNone;
-  if (id == ids_.eom || id == ids_.eos) {
-    ended_ = true;
-    return Channel::kNone;
-  }
-  if (id == ids_.open || id == ids_.close) {
-    in_tag_ = true;
-    opening_ = id == ids_.open;
-    tag_.clear();
-    return Channel::kNone;
-  }
-  if (in_tag_) {
-    if (id != ids_.sep) {
-      tag_.push_back(id);
-      return Channel::kNone;
-    }
-    in_tag_ = false;
-    if (!opening_) channel_ = Channel::kNone;
-    else if (tag_ == ids_.think) channel_ = Channel::kThink;
-    else if (tag_ == ids_.response) channel_ = Channel::kResponse;
-    else channel_ = Channel::kNone;  // <|open|>message ...: not a channel of this reply
-    return Channel::kNone;
-  }
-  return channel_;
-}
-
 std::optional<std::vector<int32_t>> NewTurnIds(const std::vector<int32_t>& rendered,
                                                const std::vector<int32_t>& previous_rendered, int32_t eom) {
   if (previous_rendered.empty() || rendered.size() <= previous_rendered.size() ||
@@ -54,27 +24,6 @@ std::optional<std::vector<int32_t>> NewTurnIds(const std::vector<int32_t>& rende
   const auto end = std::find(rendered.begin() + static_cast<std::ptrdiff_t>(previous_rendered.size()), rendered.end(), eom);
   if (end == rendered.end() || end + 1 == rendered.end()) return std::nullopt;
   return std::vector<int32_t>(end + 1, rendered.end());
-}
-
-size_t CompleteUtf8Prefix(const std::string& s) {
-  const size_t n = s.size();
-  for (size_t back = 1; back <= 4 && back <= n; ++back) {
-    const auto c = static_cast<unsigned char>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
-    const size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-    return back < need ? n - back : n;
-  }
-  return n;
-}
-
-std::string HistoryJsonl(const std::vector<ChatMessage>& messages) {
-  std::string out;
-  for (const ChatMessage& m : messages) {
-    nlohmann::json j = {{"role", m.role}, {"content", m.content}};
-    if (m.reasoning) j["reasoning_content"] = *m.reasoning;
-    out += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  }
-  return out;
 }
 
 namespace {

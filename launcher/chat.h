@@ -19,9 +19,17 @@
 
 #include "common/ipc/messages.h"
 #include "common/ipc/protocol.h"
+#include "common/chat_format.h"
 #include "options.h"
 
 namespace k3::launch {
+
+// The template pieces the REPL shares with k3-server (common/chat_format.h).
+using k3::ChannelSplitter;
+using k3::ChatControlIds;
+using k3::ChatMessage;
+using k3::CompleteUtf8Prefix;
+using k3::HistoryJsonl;
 
 // One turn as --out reports it (docs/formats.md, "Chat report").
 struct ChatTurn {
@@ -33,30 +41,6 @@ struct ChatTurn {
   double seconds = 0;            // Generate sent -> Done
 };
 
-// The ids of the template's control tokens and tag names, asked from the tokenizer service.
-struct ChatControlIds {
-  int32_t open = -1, close = -1, sep = -1, eom = -1, eos = -1;
-  std::vector<int32_t> think, response;  // the ids of the tag names "think" and "response"
-};
-
-// Splits generated ids into the reasoning and response channels as they arrive:
-// <|open|>NAME<|sep|> opens a channel, <|close|>NAME<|sep|> closes it, <|end_of_msg|> or
-// [EOS] ends the message. Payload outside both channels belongs to neither.
-class ChannelSplitter {
- public:
-  enum class Channel { kNone, kThink, kResponse };
-  ChannelSplitter(const ChatControlIds& ids, bool thinking);
-  // The channel whose text the id is part of (kNone for control ids and tag names).
-  Channel Push(int32_t id);
-  bool ended() const { return ended_; }
-
- private:
-  const ChatControlIds& ids_;
-  Channel channel_;
-  bool in_tag_ = false, opening_ = false, ended_ = false;
-  std::vector<int32_t> tag_;
-};
-
 // The ids to send for a new turn. `rendered` is the whole conversation with the generation
 // prompt; `previous_render` the length of the last turn's rendering, whose ids compute's state
 // holds followed by the generated reply. The reply's message ends at the first <|end_of_msg|>
@@ -64,17 +48,6 @@ class ChannelSplitter {
 // nullopt when the renderings disagree (then the whole conversation is sent again).
 std::optional<std::vector<int32_t>> NewTurnIds(const std::vector<int32_t>& rendered,
                                                const std::vector<int32_t>& previous_rendered, int32_t eom);
-
-// The bytes of `s` up to its last complete (or invalid, hence final) UTF-8 sequence: what
-// can be printed now without splitting a character.
-size_t CompleteUtf8Prefix(const std::string& s);
-
-// The JSONL history the tokenizer's RenderChat reads (docs/tokenizer.md, "History").
-struct ChatMessage {
-  std::string role, content;
-  std::optional<std::string> reasoning;
-};
-std::string HistoryJsonl(const std::vector<ChatMessage>& messages);
 
 // What the REPL needs from the running pipeline (run.cpp's Runner).
 class ChatHost {

@@ -1,6 +1,7 @@
 #include "command_lines.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "common/ipc/shm_arena.h"
 
@@ -86,6 +87,44 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
                     "--bind", ep.tokenizer},
                    true});
   return out;
+}
+
+ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m, const RunEndpoints& ep,
+                                 const std::vector<int32_t>& stop_ids, const std::vector<std::string>& wait_for) {
+  std::vector<int> id_list(stop_ids.begin(), stop_ids.end());
+  const std::string ids = Join(id_list);
+  std::string services;
+  for (const std::string& s : wait_for) {
+    if (!services.empty()) services.push_back(',');
+    services.append(s);
+  }
+  std::string name = opt.served_model_name;
+  if (name.empty()) name = std::filesystem::path(opt.model).lexically_normal().filename().string();
+  if (name.empty()) name = std::filesystem::path(opt.model).lexically_normal().parent_path().filename().string();
+  const int64_t threads = opt.http_threads > 0 ? opt.http_threads : opt.max_batch + opt.queue_size + 4;
+  auto num = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.9g", v);
+    return std::string(b);
+  };
+  const ipc::compute::Sampling& s = opt.sampling;
+  std::vector<std::string> a = {ep.bin_dir + "/k3-server", "--control", ep.control, "--compute", ep.compute,
+                                "--tokenizer", ep.tokenizer, "--listen", opt.serve, "--model-name", name,
+                                "--vocab-size", std::to_string(m.cfg.vocab_size), "--context", std::to_string(opt.context),
+                                "--max-batch", std::to_string(opt.max_batch), "--queue-size", std::to_string(opt.queue_size),
+                                "--threads", std::to_string(threads), "--max-body-bytes", std::to_string(opt.max_body_bytes),
+                                "--prefill-chunk", std::to_string(opt.prefill_chunk), "--wait-for", services,
+                                "--temperature", num(s.temperature), "--top-k", std::to_string(s.top_k),
+                                "--top-p", num(s.top_p), "--min-p", num(s.min_p), "--repeat-penalty", num(s.repeat_penalty),
+                                "--repeat-last-n", std::to_string(s.repeat_last_n),
+                                "--presence-penalty", num(s.presence_penalty), "--frequency-penalty", num(s.frequency_penalty)};
+  if (!ids.empty()) a.insert(a.end(), {"--stop-ids", ids});
+  if (opt.insecure) a.push_back("--insecure");
+  if (opt.no_think) a.push_back("--no-think");
+  if (opt.thinking_effort_given) a.insert(a.end(), {"--thinking-effort", opt.thinking_effort});
+  // The API key goes through the environment (K3_API_KEY, set by the launcher), not argv: other
+  // users can read a command line, not an environment.
+  return {"server", a, false};
 }
 
 bool AllExpertsResident(const ModelLayout& m, const plan::MemoryPlan& p) {

@@ -37,6 +37,12 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
                                                 const plan::MemoryPlan& p, const RunEndpoints& ep,
                                                 const std::string& tokenizer_dir);
 
+// k3-server's argv for --serve (docs/server.md): it binds `ep.compute` (compute's client in
+// serve mode), asks the tokenizer at `ep.tokenizer`, and /health waits for `wait_for`.
+// `stop_ids`: the model's end ids and --stop-ids, sorted.
+ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m, const RunEndpoints& ep,
+                                 const std::vector<int32_t>& stop_ids, const std::vector<std::string>& wait_for);
+
 // Every routed expert has a slot: the fetcher reads them all ahead (--warm).
 bool AllExpertsResident(const ModelLayout& m, const plan::MemoryPlan& p);
 // Why compute will not send next-layer expert hints (docs/pipeline.md "Next-layer expert

@@ -126,11 +126,14 @@ int Main(int argc, char** argv) {
       throw UsageError("--prompt needs a tokenizer: set 'tokenizer' in the TOML (a directory with "
                        "tiktoken.model) or pass --ids");
     if (in.text.empty()) throw BadInput("the prompt is empty");
+  } else if (!opt.serve.empty()) {
+    if (in.tokenizer_dir.empty())
+      throw UsageError("--serve needs a tokenizer: set 'tokenizer' in the TOML (a directory with tiktoken.model)");
   } else if (opt.chat) {
     if (in.tokenizer_dir.empty())
       throw UsageError("--chat needs a tokenizer: set 'tokenizer' in the TOML (a directory with tiktoken.model)");
   } else {
-    throw UsageError("no prompt: pass --ids, --prompt or --prompt-file");
+    throw UsageError("no prompt: pass --ids, --prompt or --prompt-file (or --chat, --serve)");
   }
   if (!in.tokenizer_dir.empty() && !std::filesystem::exists(std::filesystem::path(in.tokenizer_dir) / "tiktoken.model"))
     throw UsageError("tokenizer: " + in.tokenizer_dir + " has no tiktoken.model");

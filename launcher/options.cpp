@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/ipc/curve.h"
 #include "common/id_list.h"
+#include "common/loopback.h"
 #include "common/sampling_check.h"
 #include "common/sampling_flags.h"
 #include "common/plan/memory_plan.h"
@@ -173,7 +174,16 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
       if (v < 0) throw bad("a non-negative integer");
       opt.sampling.seed = static_cast<uint64_t>(v);
       opt.seed_given = true;
-    } else if (k == "perplexity") {
+    } else if (k == "serve") opt.serve = str();
+    else if (k == "api_key") opt.api_key = str();
+    else if (k == "insecure") {
+      if (!node.is_boolean()) throw bad("true or false");
+      opt.insecure = *node.value<bool>();
+    } else if (k == "served_model_name") opt.served_model_name = str();
+    else if (k == "queue_size") opt.queue_size = integer();
+    else if (k == "http_threads") opt.http_threads = integer();
+    else if (k == "max_body_bytes") opt.max_body_bytes = integer();
+    else if (k == "perplexity") {
       if (!node.is_boolean()) throw bad("true or false");
       opt.perplexity = *node.value<bool>();
     } else throw UsageError(source_name + ": unknown key '" + k + "'");
@@ -253,6 +263,16 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--system", cli.system, "chat: the system message");
   app.add_option("--thinking-effort", cli.thinking_effort, "chat: thinking effort low, high or max (default max)");
   app.add_flag("--no-think", cli.no_think, "chat: no thinking channel, the answer only");
+  app.add_option("--serve", cli.serve,
+                 "serve OpenAI-compatible HTTP at HOST:PORT instead of one prompt (docs/server.md; needs a tokenizer)");
+  app.add_option("--api-key", cli.api_key,
+                 "serve: clients must send 'Authorization: Bearer KEY' (needed for a non-loopback address)");
+  app.add_flag("--insecure", cli.insecure, "serve: allow a non-loopback address without --api-key");
+  app.add_option("--served-model-name", cli.served_model_name, "serve: the model id (default: the model directory's name)");
+  app.add_option("--queue-size", cli.queue_size, "serve: requests that may wait for the batch (default 16); more: 429");
+  app.add_option("--http-threads", cli.http_threads,
+                 "serve: HTTP connection threads (default max_batch + queue_size + 4); more connections: 429");
+  app.add_option("--max-body-bytes", cli.max_body_bytes, "serve: largest request body in bytes (default 1 MiB); larger: 413");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -321,6 +341,13 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
     opt.thinking_effort_given = true;
   }
   if (cli.no_think) opt.no_think = true;
+  if (given("--serve")) opt.serve = cli.serve;
+  if (given("--api-key")) opt.api_key = cli.api_key;
+  if (cli.insecure) opt.insecure = true;
+  if (given("--served-model-name")) opt.served_model_name = cli.served_model_name;
+  if (given("--queue-size")) opt.queue_size = cli.queue_size;
+  if (given("--http-threads")) opt.http_threads = cli.http_threads;
+  if (given("--max-body-bytes")) opt.max_body_bytes = cli.max_body_bytes;
   opt.dry_run = cli.dry_run;
   if (no_hints) opt.prefetch_hints = false;
   opt.probe_membw = cli.probe_membw;
@@ -396,10 +423,31 @@ void CheckOptions(const LaunchOptions& opt) {
     throw UsageError("--thinking-effort: '" + opt.thinking_effort + "' is not low, high or max");
   if (opt.no_think && opt.thinking_effort_given)
     throw UsageError("--no-think and --thinking-effort contradict each other");
-  if (!opt.chat && (!opt.system.empty() || opt.no_think || opt.thinking_effort_given))
-    throw UsageError("--system, --thinking-effort and --no-think need --chat");
+  if (!opt.chat && !opt.system.empty()) throw UsageError("--system needs --chat");
+  if (!opt.chat && opt.serve.empty() && (opt.no_think || opt.thinking_effort_given))
+    throw UsageError("--thinking-effort and --no-think need --chat or --serve");
   if (opt.chat && (!opt.prompt.empty() || !opt.prompt_file.empty() || !opt.ids.empty()))
     throw UsageError("--chat takes its prompts from the terminal: no --prompt, --prompt-file or --ids");
+  if (opt.serve.empty()) {
+    if (!opt.api_key.empty() || opt.insecure || !opt.served_model_name.empty())
+      throw UsageError("--api-key, --insecure and --served-model-name need --serve");
+    return;
+  }
+  if (opt.chat || !opt.prompt.empty() || !opt.prompt_file.empty() || !opt.ids.empty())
+    throw UsageError("--serve takes its prompts over HTTP: no --chat, --prompt, --prompt-file or --ids");
+  if (!opt.save_state.empty() || !opt.load_state.empty() || opt.perplexity || opt.logprobs >= 0 || !opt.out.empty())
+    throw UsageError("--serve has no --save-state, --load-state, --perplexity, --logprobs or --out (requests ask for logprobs)");
+  const size_t colon = opt.serve.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == opt.serve.size() ||
+      opt.serve.find_first_not_of("0123456789", colon + 1) != std::string::npos || opt.serve.size() - colon > 6 ||
+      std::stol(opt.serve.substr(colon + 1)) > 65535)
+    throw UsageError("--serve '" + opt.serve + "': want HOST:PORT (port 0 to 65535)");
+  if (!opt.api_key.empty() && opt.insecure) throw UsageError("--insecure and --api-key exclude each other");
+  if (opt.api_key.empty() && !opt.insecure && !IsLoopbackHost(opt.serve.substr(0, colon)))
+    throw UsageError("--serve " + opt.serve + " is reachable from other machines: pass --api-key, or --insecure");
+  if (opt.queue_size < 0 || opt.queue_size > (1 << 20)) throw UsageError("queue_size must be 0 to 1048576");
+  if (opt.http_threads < 0 || opt.http_threads > 4096) throw UsageError("http_threads must be 0 (automatic) to 4096");
+  if (opt.max_body_bytes < 1024) throw UsageError("max_body_bytes must be at least 1024");
 }
 
 }  // namespace k3::launch

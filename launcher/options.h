@@ -63,6 +63,14 @@ struct LaunchOptions {
   std::string thinking_effort = "max";  // --thinking-effort: low, high or max
   bool no_think = false;                // --no-think: no thinking channel
   bool thinking_effort_given = false;   // set by the TOML or the flag (refused with no_think)
+  // Serve mode (--serve, docs/server.md): k3-server answers OpenAI-compatible HTTP requests.
+  std::string serve;              // HOST:PORT ("" = not serving)
+  std::string api_key;            // clients send "Authorization: Bearer KEY" ("" = none)
+  bool insecure = false;          // a non-loopback serve address without api_key
+  std::string served_model_name;  // the model id clients name (default: the model directory's name)
+  int64_t queue_size = 16;        // requests waiting for a place in the batch; more: 429
+  int64_t http_threads = 0;       // HTTP connection threads (0: max_batch + queue_size + 4)
+  int64_t max_body_bytes = 1 << 20;  // largest request body; larger: 413
 };
 
 // The most expert servers a run uses (the fetcher's RemoteReads::kMaxServers).

@@ -23,7 +23,7 @@
 #include "common/stdout_writer.h"
 #include "launcher/chat.h"
 #include "launcher/run_resources.h"
-#include "launcher/stop_text.h"
+#include "common/stop_text.h"
 #include "launcher/tokenizer_client.h"
 #include "proc_stats.h"
 #include "progress.h"
@@ -117,6 +117,10 @@ class Runner : public ChatHost {
   void FlushText();                     // waits for the end of the decode stream
   bool HintsSent() const { return HintsOffReason(opt_, m_, plan_) == nullptr; }
   void OnStats(const std::string& service);
+  bool Serving() const { return !opt_.serve.empty(); }
+  void RelayToServer(const ipc::Encoded& m);  // serve mode: what /health and /metrics need
+  void RelayReadyToServer();
+  int Serve();                                // serve mode: supervise until a stop or a failure
 
   const LaunchOptions& opt_;
   const ModelLayout& m_;
@@ -149,6 +153,7 @@ class Runner : public ChatHost {
   std::optional<Failure> first_dead_;  // the first Dead received: the root cause, preferred
   std::optional<Failure> failure_;     // what ended the run (a death, a Dead, a timeout)
   bool stopping_ = false;              // Shutdown sent: exits now are expected
+  bool stopped_ = false;               // Stop ran (serve mode stops before it throws)
   bool stdout_closed_ = false;         // stdout's reader went away (| head): a requested stop
   Clock::time_point t0_ = Clock::now(), t_generate_ = Clock::now();
   bool pin_reported_ = false, prefill_reported_ = false;
@@ -165,6 +170,14 @@ void Runner::Spawn(const RunEndpoints& ep, bool tokenizer_only) {
     Service s{c.name, std::move(c.argv), c.restartable};
     // Every service's stderr comes through the launcher, a whole line at a time, so their
     // lines never split one another, the live progress line, or the launcher's last line.
+    s.capture_stderr = true;
+    sup_.Add(std::move(s));
+  }
+  if (Serving()) {
+    std::vector<std::string> others;
+    for (const Service& s : sup_.services()) others.push_back(s.name);
+    ServiceCommand c = ServerCommandLine(opt_, m_, ep, stop_ids_, others);
+    Service s{c.name, std::move(c.argv), c.restartable};
     s.capture_stderr = true;
     sup_.Add(std::move(s));
   }
@@ -255,9 +268,11 @@ void Runner::HandleControl(const ipc::Received<ipc::control::Message>& r) {
           if (msg.service == "trunk-reader") progress_.Clear();
           progress_.Info("[launch] " + msg.service + " ready");
           for (const Stat& st : msg.stats) stats_[msg.service]["ready_" + st.name] = st.value;
+          if (Serving()) RelayReadyToServer();
         } else if constexpr (std::is_same_v<T, Stats>) {
           for (const Stat& st : msg.stats) stats_[msg.service][st.name] = st.value;
           OnStats(msg.service);
+          if (Serving() && msg.service != "server") RelayToServer(ipc::Encode(msg));
         } else if constexpr (std::is_same_v<T, Dead>) {
           progress_.Info("[launch] " + msg.service + " is dying (exit " + std::to_string(msg.exit_code) +
                          "): " + msg.reason);
@@ -333,6 +348,8 @@ void Runner::HandleDeaths() {
       continue;
     }
     if (failure_) continue;
+    // The same Ctrl-C reached the service (one process group): its exit 5 is this stop.
+    if (StopRequested() && WIFEXITED(status) && WEXITSTATUS(status) == kExitInterrupted) continue;
     if (s.name == "compute" || !s.restartable) {
       progress_.Info("[launch] " + s.name + " " + what);
       Fail({kExitRuntime, s.name, s.name + ": " + what});
@@ -491,6 +508,7 @@ void Runner::SampleMemory() {
 // statuses. Every service gets Shutdown at once; for a requested stop (signal, closed stdout)
 // the wait is 1.2 s at most (compute reaches a safe point within 1 s), then SIGTERM (0.3 s).
 void Runner::Stop(const std::string& reason) {
+  stopped_ = true;
   SampleMemory();
   stopping_ = true;
   // Compute first, so it starts towards its safe point before the weight services go.
@@ -612,10 +630,13 @@ int Runner::Run() {
     s->set(zmq::sockopt::linger, 0);
   }
   ipc::BindPrivate(*control_, ep.control);
-  ipc::BindPrivate(*compute_, ep.compute);
+  if (!Serving()) ipc::BindPrivate(*compute_, ep.compute);  // serving: k3-server binds it, compute's client
   if (!in_.tokenizer_dir.empty()) tok_.emplace(ctx_, ep.tokenizer);
   tokenizer_endpoint_ = ep.tokenizer;
 
+  // k3-server reads the key from its environment, which other users cannot read (argv they can).
+  if (Serving() && !opt_.api_key.empty()) ::setenv("K3_API_KEY", opt_.api_key.c_str(), 1);
+  else ::unsetenv("K3_API_KEY");
   t0_ = Clock::now();
   try {
     // A text prompt is encoded first, by the tokenizer alone: one that does not fit the
@@ -645,6 +666,7 @@ int Runner::Run() {
       char line[96];
       std::snprintf(line, sizeof line, "[launch] all services ready in %.2f s; generating",
                     std::chrono::duration<double>(Clock::now() - t0_).count());
+      if (Serving()) return Serve();
       progress_.Info(line);
       if (opt_.chat) {
         chat_active_ = true;
@@ -686,7 +708,7 @@ int Runner::Run() {
       if (s) state_saved_ = opt_.save_state;
     }
   } catch (const Error& e) {
-    Stop(e.what());
+    if (!stopped_) Stop(e.what());
     throw;
   }
   // A Done that says compute was interrupted (it saw the same Ctrl-C) is still a requested stop.
@@ -724,6 +746,34 @@ int Runner::Run() {
     return kExitInterrupted;
   }
   return kExitOk;
+}
+
+void Runner::RelayToServer(const ipc::Encoded& m) {
+  try {
+    ipc::SendMessage(*control_, m, {}, "server");
+  } catch (const Error&) {
+    // not connected yet: its Ready makes us send every service's Ready again
+  }
+}
+
+// Every service that is ready, as a Ready to k3-server (its /health waits for them all).
+void Runner::RelayReadyToServer() {
+  for (const Service& s : sup_.services())
+    if (s.ready && s.name != "server") RelayToServer(ipc::Encode(ipc::control::Ready{s.name, {}}));
+}
+
+// Serve mode: k3-server is compute's client; the launcher supervises (restarts, deaths,
+// stderr) until a stop signal or a failure, then stops every service.
+int Runner::Serve() {
+  progress_.Info(std::string("[launch] all services ready in ") +
+                 std::to_string(std::chrono::duration<double>(Clock::now() - t0_).count()).substr(0, 4) +
+                 " s; serving at http://" + opt_.serve + " (Ctrl-C stops)");
+  while (!failure_ && !StopRequested()) Pump(Clock::now() + std::chrono::milliseconds(200));
+  const std::string reason = failure_ ? failure_->msg : std::string("interrupted by ") + SignalName(sup_.stop_signal());
+  Stop(reason);
+  if (const std::optional<Failure> fail = FinalFailure()) throw Error(static_cast<ExitCode>(fail->code), fail->msg);
+  progress_.Always(std::string("k3-launch: interrupted by ") + SignalName(sup_.stop_signal()) + "; services stopped");
+  return kExitInterrupted;
 }
 
 // The end of a chat session: services stopped, the turns written to --out, the exit code

@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --tests
 if [[ -x tests/tokenizer/setup.sh ]]; then tests/tokenizer/setup.sh; fi
+if [[ -x tests/server/setup.sh ]]; then tests/server/setup.sh; fi
 scripts/build.sh Release
 (cd build && ctest --output-on-failure -j 2 --timeout 1500)
 if [[ "${1:-}" != "--no-asan" ]]; then

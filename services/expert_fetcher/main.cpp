@@ -137,6 +137,12 @@ class ExpertFetcher {
       }
       // Prefetch only when no demand read is queued or in flight, one expert at a time.
       while (demand_inflight_ == 0 && ReadsPending() == 0 && (hint_ || !prefetch_.empty())) ServeOnePrefetch();
+      // The counters once a second while they move: k3-server's /metrics shows them live.
+      if (Clock::now() >= next_stats_ && trace_->requests() != stats_requests_) {
+        stats_requests_ = trace_->requests();
+        next_stats_ = Clock::now() + std::chrono::seconds(1);
+        ctl_.Stats(FinalStats());
+      }
     }
   }
 
@@ -387,6 +393,8 @@ class ExpertFetcher {
   uint64_t bytes_read_ = 0, prefetch_dropped_ = 0, hints_received_ = 0, prefetch_reads_ = 0, prefetch_used_ = 0;
   double read_seconds_ = 0;
   Clock::time_point t_busy_;
+  Clock::time_point next_stats_{};  // the next live Stats (k3-server /metrics)
+  uint64_t stats_requests_ = 0;     // requests counted in the last one
 };
 
 int Main(int argc, char** argv) {

@@ -43,6 +43,7 @@
 #include "common/ipc/curve.h"
 #include "common/ipc/protocol.h"
 #include "common/ipc/zmq_channel.h"
+#include "common/loopback.h"
 #include "common/model_config.h"
 #include "common/read_window.h"
 #include "common/run_main.h"
@@ -72,22 +73,6 @@ struct Flags {
   int client_inflight = 64;
   int64_t buffer_mib = 256;
 };
-
-// True for endpoints only this machine can reach: ipc://, inproc://, tcp:// on a loopback
-// address or the lo interface.
-bool LocalOnly(const std::string& ep) {
-  const size_t colon = ep.find("://");
-  if (colon == std::string::npos) return false;
-  const std::string scheme = ep.substr(0, colon);
-  if (scheme == "ipc" || scheme == "inproc") return true;
-  if (scheme != "tcp") return false;
-  std::string host = ep.substr(colon + 3);
-  const size_t port = host.rfind(':');
-  if (port == std::string::npos) return false;
-  host.resize(port);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host == "localhost" || host == "lo" || host == "::1" || host.rfind("127.", 0) == 0;
-}
 
 // One expert being read: who asked, and where its bytes sit in the aligned read buffer.
 struct Pending {
@@ -367,7 +352,7 @@ int Main(int argc, char** argv) {
       throw UsageError("--max-message-bytes " + std::to_string(f.max_message_bytes) + " is below a request of " +
                        std::to_string(f.max_request_experts) + " experts (--max-request-experts): at least " +
                        std::to_string(longest_request));
-    if (f.key.empty() && !f.insecure && !LocalOnly(f.bind))
+    if (f.key.empty() && !f.insecure && !LocalOnlyEndpoint(f.bind))
       throw UsageError(f.bind + " is reachable from other machines: pass --key and --allow (CURVE), or --insecure");
     BufferPool pool(kReadAlign, 64, static_cast<uint64_t>(f.buffer_mib) << 20);  // before the context: destroyed after it
     zmq::context_t ctx;

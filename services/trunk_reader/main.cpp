@@ -109,6 +109,12 @@ class TrunkReader {
         std::visit([this](const auto& msg) { OnMessage(msg); }, m->message);
       }
       Pump();
+      // The counters once a second while they move: k3-server's /metrics shows bytes read live.
+      if (Clock::now() >= next_stats_ && bytes_read_ != stats_bytes_) {
+        stats_bytes_ = bytes_read_;
+        next_stats_ = Clock::now() + std::chrono::seconds(1);
+        ctl_.Stats(FinalStats());
+      }
     }
   }
 
@@ -353,6 +359,8 @@ class TrunkReader {
   uint64_t bytes_read_ = 0, pinned_bytes_ = 0, layers_streamed_ = 0, pieces_streamed_ = 0;
   double pinned_seconds_ = 0, read_seconds_ = 0;
   Clock::time_point t_serve_, t_busy_;
+  Clock::time_point next_stats_{};  // the next live Stats (k3-server /metrics)
+  uint64_t stats_bytes_ = 0;        // bytes_read_ in the last one
 };
 
 int Main(int argc, char** argv) {

@@ -20,7 +20,7 @@ BIN = os.environ.get("K3_BIN_DIR", os.path.join(BUILD, "bin"))
 CMAKE = os.environ.get("K3_CMAKE") or shutil.which("cmake") or "cmake"
 GEN = "4"
 BINARIES = ["k3-launch", "k3-trunk-reader", "k3-expert-fetcher", "k3-compute", "k3-tokenizer",
-            "k3-expert-server", "k3-model"]
+            "k3-expert-server", "k3-server", "k3-model"]
 
 
 def launch(exe, config, cwd, out):

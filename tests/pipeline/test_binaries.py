@@ -14,7 +14,7 @@ import unittest
 
 BIN = os.environ.get("K3_BIN", "")
 VERSION = os.environ.get("K3_VERSION", "")
-BINARIES = ["k3-launch", "k3-compute", "k3-trunk-reader", "k3-expert-fetcher", "k3-expert-server", "k3-model",
+BINARIES = ["k3-launch", "k3-compute", "k3-trunk-reader", "k3-expert-fetcher", "k3-expert-server", "k3-server", "k3-model",
             "k3-tokenizer", "k3-disk-bench", "k3-bench-kernels", "k3-bench-membw", "k3-bench-hash"]
 
 

@@ -170,3 +170,50 @@ TEST(CommandLines, EndpointsLiveUnderTheRunName) {
 
 }  // namespace
 }  // namespace k3::launch
+
+namespace k3::launch {
+namespace {
+
+// --serve: k3-server's argv names the run's endpoints, the served name (the model directory's by
+// default), the queue and the request defaults; the API key never appears in it.
+TEST(CommandLines, ServerArgv) {
+  LaunchOptions o = Options();
+  o.model = "/models/k3-demo-tiny/";
+  o.serve = "127.0.0.1:8080";
+  o.api_key = "sekrit";
+  o.max_batch = 2;
+  o.queue_size = 5;
+  o.context = 512;
+  o.sampling.temperature = 0.5f;
+  ModelLayout m = Layout();
+  m.cfg.vocab_size = 4352;
+  const ServiceCommand c = ServerCommandLine(o, m, Endpoints(), {4097, 4098}, {"trunk-reader", "compute"});
+  EXPECT_EQ(c.name, "server");
+  EXPECT_FALSE(c.restartable);
+  const Argv& a = c.argv;
+  EXPECT_EQ(a[0], "/opt/k3/bin/k3-server");
+  EXPECT_EQ(After(a, "--compute"), "ipc://@k3-1/compute");
+  EXPECT_EQ(After(a, "--tokenizer"), "ipc://@k3-1/tokenizer");
+  EXPECT_EQ(After(a, "--control"), "ipc://@k3-1/control");
+  EXPECT_EQ(After(a, "--listen"), "127.0.0.1:8080");
+  EXPECT_EQ(After(a, "--model-name"), "k3-demo-tiny");
+  EXPECT_EQ(After(a, "--vocab-size"), "4352");
+  EXPECT_EQ(After(a, "--context"), "512");
+  EXPECT_EQ(After(a, "--max-batch"), "2");
+  EXPECT_EQ(After(a, "--queue-size"), "5");
+  EXPECT_EQ(After(a, "--threads"), "11");  // max_batch + queue_size + 4
+  EXPECT_EQ(After(a, "--stop-ids"), "4097,4098");
+  EXPECT_EQ(After(a, "--wait-for"), "trunk-reader,compute");
+  EXPECT_EQ(After(a, "--temperature"), "0.5");
+  EXPECT_FALSE(Has(a, "sekrit"));
+  EXPECT_FALSE(Has(a, "--insecure"));
+  o.served_model_name = "k3";
+  o.http_threads = 3;
+  const Argv b = ServerCommandLine(o, m, Endpoints(), {}, {}).argv;
+  EXPECT_EQ(After(b, "--model-name"), "k3");
+  EXPECT_EQ(After(b, "--threads"), "3");
+  EXPECT_FALSE(Has(b, "--stop-ids"));
+}
+
+}  // namespace
+}  // namespace k3::launch

@@ -237,3 +237,50 @@ TEST_F(FlagsTest, RangeChecks) {
 
 }  // namespace
 }  // namespace k3::launch
+
+namespace k3::launch {
+namespace {
+
+LaunchOptions Serving(const std::string& toml) {
+  LaunchOptions o;
+  o.budget = "1G";
+  o.model = "/m";
+  ApplyToml(toml, "t.toml", "/", o);
+  return o;
+}
+
+// --serve (docs/server.md): its TOML keys, and the loopback rule of k3-expert-server.
+TEST(ServeOptions, TomlKeysAndRules) {
+  const LaunchOptions o = Serving("serve = \"127.0.0.1:8080\"\nserved_model_name = \"k3\"\nmax_batch = 4\n"
+                                  "queue_size = 3\nhttp_threads = 9\nmax_body_bytes = 4096\n");
+  EXPECT_EQ(o.serve, "127.0.0.1:8080");
+  EXPECT_EQ(o.served_model_name, "k3");
+  EXPECT_EQ(o.max_batch, 4);
+  EXPECT_EQ(o.queue_size, 3);
+  EXPECT_EQ(o.http_threads, 9);
+  EXPECT_EQ(o.max_body_bytes, 4096);
+  EXPECT_EQ(Outcome([&] { CheckOptions(o); }).first, 0);
+  auto check = [](const std::string& toml) { return Outcome([&] { CheckOptions(Serving(toml)); }); };
+  // Other machines can reach 0.0.0.0: a key, or --insecure.
+  const auto open = check("serve = \"0.0.0.0:8080\"\n");
+  EXPECT_EQ(open.first, kExitUsage);
+  EXPECT_NE(open.second.find("--api-key"), std::string::npos);
+  EXPECT_EQ(check("serve = \"0.0.0.0:8080\"\napi_key = \"k\"\n").first, 0);
+  EXPECT_EQ(check("serve = \"0.0.0.0:8080\"\ninsecure = true\n").first, 0);
+  EXPECT_EQ(check("serve = \"[::1]:8080\"\n").first, 0);
+  EXPECT_EQ(check("serve = \"localhost:1\"\n").first, 0);
+  EXPECT_EQ(check("serve = \"127.0.0.1:8080\"\napi_key = \"k\"\ninsecure = true\n").first, kExitUsage);
+  for (const char* bad : {"8080", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:8x", ":80"})
+    EXPECT_EQ(check(std::string("serve = \"") + bad + "\"\n").first, kExitUsage) << bad;
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nmax_batch = 0\n").first, kExitUsage);
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nqueue_size = -1\n").first, kExitUsage);
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nmax_body_bytes = 10\n").first, kExitUsage);
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nprompt = \"hi\"\n").first, kExitUsage);  // prompts come over HTTP
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nchat = true\n").first, kExitUsage);
+  EXPECT_EQ(check("api_key = \"k\"\nprompt = \"hi\"\n").first, kExitUsage);  // needs --serve
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nno_think = true\n").first, 0);  // chat defaults of the server
+  EXPECT_EQ(check("serve = 8080\n").first, kExitUsage);
+}
+
+}  // namespace
+}  // namespace k3::launch

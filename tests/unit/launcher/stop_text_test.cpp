@@ -1,6 +1,6 @@
-// launcher/stop_text.h: stop strings found across arbitrary splits of the text, with the
+// common/stop_text.h: stop strings found across arbitrary splits of the text, with the
 // possible start of a stop string held back until it is decided.
-#include "launcher/stop_text.h"
+#include "common/stop_text.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-#include "stop_text.h"
+#include "common/stop_text.h"
 
 #include <algorithm>
 
-namespace k3::launch {
+namespace k3 {
 
 StopTextMatcher::StopTextMatcher(std::vector<std::string> stops) {
   for (std::string& s : stops)
@@ -51,4 +51,4 @@ std::string StopTextMatcher::Finish() {
   return matched_ ? std::string() : rest;
 }
 
-}  // namespace k3::launch
+}  // namespace k3

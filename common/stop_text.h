@@ -1,5 +1,5 @@
-// --stop TEXT: finds stop strings in the generated text as it is decoded, across token
-// boundaries. Text that could still be the start of a stop string is held back until the
+// Stop strings (k3-launch --stop TEXT, k3-server's "stop"): finds them in the generated text
+// as it is decoded, across token boundaries. Text that could still be the start of a stop string is held back until the
 // next text decides it, so what Feed returns is final: it never contains a stop string or
 // anything after one.
 //
@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace k3::launch {
+namespace k3 {
 
 class StopTextMatcher {
  public:
@@ -34,4 +34,4 @@ class StopTextMatcher {
   std::string matched_stop_;
 };
 
-}  // namespace k3::launch
+}  // namespace k3

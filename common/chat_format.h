@@ -1,0 +1,48 @@
+// K3's chat format as both the terminal chat (launcher/chat.h) and k3-server read it: the
+// control ids of the XTML template, the reasoning/response channels of generated ids, the
+// JSONL history RenderChat takes, and UTF-8 hold-back for text shown piece by piece.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace k3 {
+
+// The ids of the template's control tokens and tag names, asked from the tokenizer service.
+struct ChatControlIds {
+  int32_t open = -1, close = -1, sep = -1, eom = -1, eos = -1;
+  std::vector<int32_t> think, response;  // the ids of the tag names "think" and "response"
+};
+
+// Splits generated ids into the reasoning and response channels as they arrive:
+// <|open|>NAME<|sep|> opens a channel, <|close|>NAME<|sep|> closes it, <|end_of_msg|> or
+// [EOS] ends the message. Payload outside both channels belongs to neither.
+class ChannelSplitter {
+ public:
+  enum class Channel { kNone, kThink, kResponse };
+  ChannelSplitter(const ChatControlIds& ids, bool thinking);
+  // The channel whose text the id is part of (kNone for control ids and tag names).
+  Channel Push(int32_t id);
+  bool ended() const { return ended_; }
+
+ private:
+  const ChatControlIds& ids_;
+  Channel channel_;
+  bool in_tag_ = false, opening_ = false, ended_ = false;
+  std::vector<int32_t> tag_;
+};
+
+// The bytes of `s` up to its last complete (or invalid, hence final) UTF-8 sequence: what
+// can be printed now without splitting a character.
+size_t CompleteUtf8Prefix(const std::string& s);
+
+// The JSONL history the tokenizer's RenderChat reads (docs/tokenizer.md, "History").
+struct ChatMessage {
+  std::string role, content;
+  std::optional<std::string> reasoning;
+};
+std::string HistoryJsonl(const std::vector<ChatMessage>& messages);
+
+}  // namespace k3

@@ -1,0 +1,135 @@
+// k3-server's engine thread: the one owner of its ZeroMQ sockets (control DEALER to the
+// launcher, compute ROUTER that k3-compute connects to, tokenizer DEALER). It holds the request
+// queue: prompts are encoded or chat-rendered by the tokenizer, wait for one of compute's
+// `max_batch` places, and run as independent Generates (keep_state off). Generated ids are
+// decoded one id at a time (each id's bytes asked once and cached), split into the reasoning
+// and response channels (chat), cut at stop strings (then compute gets a Cancel) and handed to
+// the request's HTTP thread as Deltas.
+//
+// Thread-safety: Submit, Healthy and NotReady are called from HTTP threads; Run from the
+// engine thread only.
+#pragma once
+#include <zmq.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "common/chat_format.h"
+#include "common/service/service_shell.h"
+#include "common/stop_text.h"
+#include "services/server/job.h"
+#include "services/server/metrics.h"
+
+namespace k3::server {
+
+struct EngineConfig {
+  std::string compute, tokenizer;    // endpoints: compute's (bound here), the tokenizer's (connected)
+  std::vector<std::string> services;  // the run's other services: /health waits for their Ready
+  int64_t context = 4096;
+  int32_t vocab = 0;
+  int max_batch = 1;
+  int queue_size = 16;
+  int prefill_chunk = 0;
+  std::vector<int32_t> stop_ids;  // the model's end ids (common/end_ids.h), sorted
+};
+
+class Engine {
+ public:
+  Engine(zmq::context_t& ctx, svc::ControlLink& ctl, EngineConfig cfg, Metrics& metrics);
+
+  // A validated request: queued (its Job), or refused (429 when the queue is full, 503 while
+  // stopping or before every service is ready).
+  std::variant<std::shared_ptr<Job>, HttpError> Submit(RequestSpec spec);
+  bool Healthy() const { return healthy_.load(); }
+  std::string NotReady() const;  // what /health waits for
+
+  // Serves until a Shutdown or a stop signal; `stop_http` is called then (every request still
+  // open has failed with 503 by that time).
+  void Run(const std::function<void()>& stop_http);
+
+ private:
+  struct Active {
+    std::shared_ptr<Job> job;
+    std::vector<int32_t> prompt;
+    std::vector<ipc::compute::Token> tokens;  // as compute sent them
+    size_t processed = 0;                     // tokens turned into text
+    std::optional<ChannelSplitter> split;     // chat
+    StopTextMatcher stop;
+    std::string raw[3];           // bytes per ChannelSplitter::Channel
+    size_t shown[3] = {0, 0, 0};  // of them, handed out
+    bool queued = false, dispatched = false, cancel_sent = false, stop_matched = false;
+    std::optional<ipc::compute::Done> done;
+    int64_t reasoning_tokens = 0;
+    explicit Active(std::shared_ptr<Job> j) : job(std::move(j)), stop(job->spec.stop) {}
+  };
+  enum class TokKind { kPrompt, kDecode, kControl };
+  struct TokPending {
+    TokKind kind;
+    uint64_t job = 0;
+    int32_t id = -1;        // kDecode
+    std::string name;       // kControl
+    ipc::Encoded msg;
+    ipc::Clock::time_point sent;
+  };
+
+  void HandleControl();
+  void HandleCompute();
+  void HandleTokenizer();
+  void TakeSubmitted();
+  void SendTokenizer(uint64_t id, TokPending p);  // id: from next_tok_, already in p.msg
+  void ResendTokenizer(bool all);
+  void OnPromptIds(uint64_t job, std::vector<int32_t> ids);
+  void OnControlIds(const std::string& name, const std::vector<int32_t>& ids, const std::string& failure);
+  void Dispatch();
+  void CheckClientsGone();
+  bool HaveBytes(int32_t id);
+  void Process(Active& a);
+  void Finish(uint64_t id);
+  void Fail(uint64_t id, HttpError e, Outcome outcome);
+  void Emit(Active& a, Delta d);
+  void UpdateHealth();
+  std::vector<int32_t> StopIdsFor(const Active& a) const;
+
+  zmq::context_t& ctx_;
+  svc::ControlLink& ctl_;
+  const EngineConfig cfg_;
+  Metrics& metrics_;
+  zmq::socket_t compute_, tok_;
+  ipc::RejectCounter rejects_;
+
+  // Shared with HTTP threads.
+  mutable std::mutex inbox_mu_;
+  std::deque<std::shared_ptr<Job>> inbox_;
+  uint64_t next_job_ = 1;
+  int pending_ = 0;  // submitted, not yet sent to compute (the queue's depth)
+  bool stopping_ = false;
+  std::set<std::string> ready_;  // services whose Ready the launcher relayed
+  std::string chat_error_;       // why chat cannot run ("" when it can, or not known yet)
+  bool control_ids_known_ = false;
+  std::atomic<bool> healthy_{false};
+
+  // Engine thread only.
+  std::map<uint64_t, Active> active_;
+  std::deque<uint64_t> waiting_;
+  std::set<uint64_t> running_;
+  std::map<uint64_t, TokPending> tok_pending_;
+  uint64_t next_tok_ = 1;
+  std::unordered_map<int32_t, std::string> bytes_;  // token id -> its bytes
+  std::set<int32_t> decoding_;
+  std::optional<ChatControlIds> chat_ids_;
+  std::map<std::string, std::vector<int32_t>> control_answers_;
+  bool shutdown_ = false;
+};
+
+}  // namespace k3::server

@@ -1,0 +1,30 @@
+// The HTTP side of k3-server on cpp-httplib: routes (/v1/models, /v1/completions,
+// /v1/chat/completions, /health, /metrics), the Bearer key check, OpenAI error objects for
+// every error status (httplib's own 404 and 413 included) and 429 for connections beyond the
+// thread pool (task_queue.h). Each completion request waits for its Job in its own HTTP thread;
+// the response body is written by a chunked content provider so a client that goes away is
+// noticed while the request waits or runs (a failed write; a blank written every second keeps
+// checking a non-streamed one, leading whitespace being valid JSON).
+#pragma once
+#include <httplib.h>
+
+#include <cstdint>
+#include <string>
+
+#include "services/server/engine.h"
+#include "services/server/metrics.h"
+#include "services/server/openai_request.h"
+
+namespace k3::server {
+
+struct HttpConfig {
+  std::string model_name;
+  std::string api_key;  // "" = no key asked
+  size_t max_body_bytes = 1 << 20;
+  int threads = 8;
+  RequestDefaults defaults;
+};
+
+void InstallRoutes(httplib::Server& svr, Engine& engine, Metrics& metrics, const HttpConfig& cfg);
+
+}  // namespace k3::server

@@ -1,0 +1,81 @@
+// One HTTP completion request as the HTTP handler thread and the engine thread share it: what
+// was asked (RequestSpec, fixed at submit), and what the engine has produced so far (under
+// `mu`). The engine appends Deltas in order; the handler takes them (streamed) or joins them
+// (one JSON answer). A handler whose client went away sets `client_gone`; the engine then drops
+// the request from its queue or sends compute a Cancel.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/chat_format.h"
+#include "common/ipc/messages.h"
+
+namespace k3::server {
+
+enum class Endpoint { kCompletions, kChat };
+
+// An OpenAI error object {"error": {"message", "type", "code"}} with its HTTP status.
+struct HttpError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string code;  // "" = null
+};
+
+struct RequestSpec {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  std::string prompt_text;                        // completions: a text prompt
+  std::optional<std::vector<int32_t>> prompt_ids;  // completions: a prompt of token ids
+  std::vector<ChatMessage> messages;               // chat
+  bool thinking = true;                            // chat: the template opens the reasoning channel
+  std::string effort = "max";                      // chat: RenderChat's thinking_effort
+  std::optional<int64_t> max_tokens;               // absent: up to the context
+  ipc::compute::Sampling sampling;
+  std::vector<std::string> stop;
+  int32_t logprobs = -1;  // -1 off; N >= 0: each token's logprob and the N most likely
+  bool stream = false, include_usage = false, return_token_ids = false;
+  bool ignore_eos = false;  // vLLM's extension: the model's end ids do not end the request
+};
+
+// One generated token as logprobs show it: its bytes, logprob and the most likely alternatives.
+struct TokenLogprob {
+  std::string text;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+// Text that became final since the previous Delta (whole UTF-8 characters, stop strings cut).
+struct Delta {
+  std::string reasoning, content;
+  std::vector<TokenLogprob> logprobs;  // the tokens processed for this delta (content channel)
+};
+
+class Job {
+ public:
+  enum class Phase { kPreparing, kQueued, kRunning, kFinished, kFailed };
+  Job(uint64_t job_id, RequestSpec request) : id(job_id), spec(std::move(request)) {}
+
+  const uint64_t id;
+  const RequestSpec spec;
+  std::atomic<bool> client_gone{false};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  // Under mu:
+  Phase phase = Phase::kPreparing;
+  HttpError error;            // kFailed
+  std::deque<Delta> deltas;   // produced, not yet taken
+  std::string finish_reason;  // kFinished: "stop" or "length"
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0, reasoning_tokens = 0;
+  std::vector<int32_t> prompt_ids, token_ids;
+};
+
+}  // namespace k3::server

@@ -1,0 +1,177 @@
+// k3-server: the OpenAI-compatible HTTP front of a k3 run (docs/server.md). Started by
+// `k3-launch CONFIG --serve HOST:PORT` with everything on its command line; it joins the
+// control channel like every service (Hello, Ready once it listens, Shutdown), binds the compute
+// endpoint k3-compute connects to, and asks the tokenizer service to encode, render and decode.
+//
+//     k3-server --control EP --compute EP --tokenizer EP --listen 127.0.0.1:8080
+//         --model-name k3-demo-tiny --vocab-size N [--context N] [--max-batch N] [...]
+//
+// A non-loopback --listen needs --api-key (or K3_API_KEY) unless --insecure, the rule of
+// k3-expert-server.
+#include <CLI/CLI.hpp>
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <thread>
+
+#include "common/error.h"
+#include "common/id_list.h"
+#include "common/loopback.h"
+#include "common/process_init.h"
+#include "common/run_main.h"
+#include "common/sampling_check.h"
+#include "common/service/service_shell.h"
+#include "common/version.h"
+#include "services/server/engine.h"
+#include "services/server/http_api.h"
+
+namespace {
+using namespace k3;
+
+struct Flags {
+  std::string control, compute, tokenizer, listen, stop_ids, wait_for;
+  server::EngineConfig engine;
+  server::HttpConfig http;
+  bool insecure = false, no_think = false;
+  int64_t max_body_bytes = 1 << 20;
+};
+
+// "HOST:PORT" or "[V6]:PORT" -> host, port.
+std::pair<std::string, int> SplitListen(const std::string& s) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    throw UsageError("--listen '" + s + "': want HOST:PORT");
+  std::string host = s.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string port = s.substr(colon + 1);
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || p < 0 || p > 65535) throw UsageError("--listen '" + s + "': the port must be 0 to 65535");
+  return {host, static_cast<int>(p)};
+}
+
+int Serve(Flags& f, svc::ControlLink& ctl, zmq::context_t& ctx) {
+  const auto [host, port] = SplitListen(f.listen);
+  ctl.Hello();
+  server::Metrics metrics;
+  server::Engine engine(ctx, ctl, f.engine, metrics);
+  httplib::Server svr;
+  server::InstallRoutes(svr, engine, metrics, f.http);
+  int bound = port;
+  if (port == 0) bound = svr.bind_to_any_port(host);
+  else if (!svr.bind_to_port(host, port)) bound = -1;
+  if (bound <= 0) throw RuntimeFailure("cannot listen on " + f.listen + ": " + std::strerror(errno));
+  std::cerr << "[server] listening on http://" << (host.find(':') != std::string::npos ? "[" + host + "]" : host) << ":"
+            << bound << " as model '" << f.http.model_name << "' (max_batch " << f.engine.max_batch << ", queue "
+            << f.engine.queue_size << ", " << f.http.threads << " connection threads)\n";
+  ctl.Ready({{"port", static_cast<double>(bound)}});
+  // From here the engine thread alone uses the control socket.
+  std::atomic<bool> listen_over{false};
+  std::exception_ptr engine_error;
+  std::thread engine_thread([&] {
+    auto stop_http = [&] {
+      while (!svr.is_running() && !listen_over) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      svr.stop();
+    };
+    try {
+      engine.Run(stop_http);
+    } catch (...) {
+      engine_error = std::current_exception();
+      stop_http();
+    }
+  });
+  svr.listen_after_bind();
+  listen_over = true;
+  engine_thread.join();
+  if (engine_error) std::rethrow_exception(engine_error);
+  return svc::StopRequested() ? kExitInterrupted : kExitOk;
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"k3-server: OpenAI-compatible HTTP server of a k3 run (started by k3-launch --serve)"};
+  app.set_version_flag("--version", VersionLine("k3-server"));
+  app.add_option("--control", f.control, "the launcher's control endpoint")->required();
+  app.add_option("--compute", f.compute, "the compute endpoint to bind (k3-compute connects to it)")->required();
+  app.add_option("--tokenizer", f.tokenizer, "the tokenizer service's endpoint")->required();
+  app.add_option("--listen", f.listen, "HTTP address HOST:PORT (port 0: any free port)")->required();
+  app.add_option("--model-name", f.http.model_name, "the model id clients name (served_model_name)")->required();
+  app.add_option("--vocab-size", f.engine.vocab, "the model's vocabulary size")->required();
+  app.add_option("--context", f.engine.context, "positions per sequence (prompt + generated), as planned");
+  app.add_option("--max-batch", f.engine.max_batch, "requests compute runs at once (default 1)");
+  app.add_option("--queue-size", f.engine.queue_size, "requests that may wait for a place in the batch (default 16)");
+  app.add_option("--threads", f.http.threads,
+                 "HTTP connection threads (default 8); a connection beyond them is answered 429");
+  app.add_option("--max-body-bytes", f.max_body_bytes, "largest request body, bytes (default 1 MiB); larger: 413");
+  app.add_option("--prefill-chunk", f.engine.prefill_chunk, "prompt tokens per forward chunk (0: compute's default)");
+  app.add_option("--stop-ids", f.stop_ids, "ids that end every generation (the model's end ids), comma separated");
+  app.add_option("--wait-for", f.wait_for, "services whose Ready /health waits for, comma separated");
+  app.add_option("--api-key", f.http.api_key,
+                 "clients must send 'Authorization: Bearer KEY' (default: $K3_API_KEY; none: no key)");
+  app.add_flag("--insecure", f.insecure, "allow a non-loopback --listen without --api-key");
+  ipc::compute::Sampling& s = f.http.defaults.sampling;
+  app.add_option("--temperature", s.temperature, "default temperature of requests that give none (0: greedy)");
+  app.add_option("--top-k", s.top_k, "default top_k (0: off)");
+  app.add_option("--top-p", s.top_p, "default top_p (1: off)");
+  app.add_option("--min-p", s.min_p, "default min_p (0: off)");
+  app.add_option("--repeat-penalty", s.repeat_penalty, "default repetition_penalty (1: off)");
+  app.add_option("--repeat-last-n", s.repeat_last_n, "ids the repetition penalty looks back over (default 64)");
+  app.add_option("--presence-penalty", s.presence_penalty, "default presence_penalty (0: off)");
+  app.add_option("--frequency-penalty", s.frequency_penalty, "default frequency_penalty (0: off)");
+  app.add_flag("--no-think", f.no_think, "chat: no reasoning channel unless a request asks for one");
+  app.add_option("--thinking-effort", f.http.defaults.effort, "chat: default thinking effort low, high or max");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  svc::InstallStopSignals();
+  return RunMain("k3-server", [&] {
+    if (f.http.api_key.empty())
+      if (const char* k = std::getenv("K3_API_KEY")) f.http.api_key = k;
+    const auto [host, port] = SplitListen(f.listen);
+    (void)port;
+    if (!f.http.api_key.empty() && f.insecure) throw UsageError("--insecure and --api-key exclude each other");
+    if (f.http.api_key.empty() && !f.insecure && !IsLoopbackHost(host))
+      throw UsageError(f.listen + " is reachable from other machines: pass --api-key, or --insecure");
+    if (f.engine.max_batch < 1 || f.engine.max_batch > 1024) throw UsageError("--max-batch must be 1 to 1024");
+    if (f.engine.queue_size < 0 || f.engine.queue_size > 1 << 20) throw UsageError("--queue-size must be 0 to 1048576");
+    if (f.http.threads < 1 || f.http.threads > 4096) throw UsageError("--threads must be 1 to 4096");
+    if (f.max_body_bytes < 1024) throw UsageError("--max-body-bytes must be at least 1024");
+    if (f.engine.context < 2) throw UsageError("--context must be at least 2");
+    if (f.engine.vocab < 1) throw UsageError("--vocab-size must be positive");
+    if (const std::string bad = SamplingProblem(s, -1); !bad.empty()) throw UsageError(bad);
+    if (f.http.defaults.effort != "low" && f.http.defaults.effort != "high" && f.http.defaults.effort != "max")
+      throw UsageError("--thinking-effort: '" + f.http.defaults.effort + "' is not low, high or max");
+    f.http.defaults.thinking = !f.no_think;
+    f.http.max_body_bytes = static_cast<size_t>(f.max_body_bytes);
+    if (!f.stop_ids.empty())
+      for (int64_t id : ParseIdList(f.stop_ids, "--stop-ids", int64_t{f.engine.vocab}))
+        f.engine.stop_ids.push_back(static_cast<int32_t>(id));
+    std::sort(f.engine.stop_ids.begin(), f.engine.stop_ids.end());
+    for (size_t a = 0, b; a < f.wait_for.size(); a = b + 1) {
+      b = f.wait_for.find(',', a);
+      if (b == std::string::npos) b = f.wait_for.size();
+      if (b > a) f.engine.services.push_back(f.wait_for.substr(a, b - a));
+    }
+    f.engine.compute = f.compute;
+    f.engine.tokenizer = f.tokenizer;
+    zmq::context_t ctx;
+    svc::ControlLink ctl(ctx, f.control, "server");
+    return RunMain(
+        "k3-server", [&] { return Serve(f, ctl, ctx); }, [&](ExitCode code, const std::string& why) { ctl.Dead(code, why); });
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  k3::InitProcess();
+  return Main(argc, argv);
+}
