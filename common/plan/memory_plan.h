@@ -16,6 +16,9 @@
 
 namespace k3::plan {
 
+// PlanOptions::prefix_cache: size it from the budget (PrefixCacheAutoBytes).
+constexpr int64_t kPrefixCacheAuto = -1;
+
 struct PlanOptions {
   int64_t context = 4096;                       // tokens the MLA cache must hold
   int64_t prefill_chunk = 64;                   // prompt tokens per forward chunk (scratch size)
@@ -29,6 +32,7 @@ struct PlanOptions {
   int remote_servers = 0;                       // how many servers share them (the table's note)
   int64_t max_expert_slots = -1;                // --expert-slots: cap below what the budget allows (-1: none)
   int64_t spec_drafts = 0;                      // --spec: drafts per verify pass (0: no rollback region)
+  int64_t prefix_cache = 0;                     // compute's prefix-snapshot cache: bytes, 0 off, or kPrefixCacheAuto
 };
 
 // --spec: the most drafts one verify pass takes.
@@ -39,6 +43,17 @@ constexpr int64_t kMaxSpecDrafts = 16;
 // pass its pre-conv q/k/v, recurrence inputs q/k/v/α and β, plus the pass's logits rows. MLA
 // needs only a length.
 int64_t SpecRollbackBytes(const ModelConfig& cfg, int64_t drafts);
+
+// Bytes one prefix-cache snapshot of a sequence of `positions` ids holds (compute's
+// PrefixCache counts exactly this): the ids, every KDA layer's recurrent state and conv
+// windows, and every MLA layer's latent rows (normed c + k_pe) of those positions, fp32.
+int64_t PrefixSnapshotBytes(const ModelConfig& cfg, int64_t positions);
+
+// prefix_cache = auto: room for two snapshots of a full-context sequence (a shared system
+// prompt and a chat's previous turn), but never more than a quarter of what the budget leaves
+// above the floor (`headroom`), so the floor is unchanged and the expert slots keep most of the
+// rest. 0 at the floor.
+int64_t PrefixCacheAutoBytes(const ModelConfig& cfg, int64_t context, int64_t headroom);
 
 // What the model needs, independent of the budget.
 struct PlanModel {
@@ -86,6 +101,9 @@ struct MemoryPlan {
   int64_t remote_frames = 0;  // expert fetcher: expert frames received from the expert servers
   int remote_servers = 0;
   int64_t spec_rollback = 0;  // compute: speculation rollback journal (SpecRollbackBytes; 0 without --spec)
+  int64_t prefix_cache = 0;   // compute: prefix-snapshot cache bound (k3-compute --prefix-cache; 0 = off)
+  bool prefix_cache_auto = false;  // sized by PrefixCacheAutoBytes
+  int64_t prefix_snapshot_bytes = 0;  // one snapshot of a full-context sequence (the region's note)
   // trunk arena
   std::vector<int> pinned_layers;  // ascending layer indices
   int64_t pinned_bytes = 0;        // pinned arena: header page + widened layers + widened globals run
@@ -111,5 +129,8 @@ int64_t PlanFloor(const PlanModel& model, const PlanOptions& opt = {});
 // /proc/meminfo). k3::Error(kExitUsage) on anything else.
 int64_t ParseBudget(const std::string& text);
 std::string FormatBytes(int64_t bytes);
+// prefix_cache / --prefix-cache: a size as for the budget ("512M"), "0" or "off", or "auto"
+// (kPrefixCacheAuto; refused when !allow_auto). k3::Error(kExitUsage) naming `what` otherwise.
+int64_t ParsePrefixCache(const std::string& text, const std::string& what, bool allow_auto);
 
 }  // namespace k3::plan

@@ -22,6 +22,7 @@
 #include "membw_probe.h"
 #include "mixers.h"
 #include "pipeline_sources.h"
+#include "prefix_cache.h"
 #include "saved_state.h"
 
 namespace k3::compute {
@@ -86,6 +87,11 @@ class ComputeService {
   void PrefillProgress(int64_t done, int64_t total);
   void AnswerState(const cp::StateOp& op);  // StateOp Save/Load/Reset (docs/formats.md "State file")
   bool PollCancel(uint64_t request_id);
+  // Prefix reuse (prefix_cache.h), the two points a scheduler calls: a new sequence starts from
+  // the longest snapshot that prefixes its prompt (returns the ids it consumed, 0 for none; the
+  // forward state is then that snapshot's, else fresh), and a consistent sequence is offered.
+  size_t StartFromCache(const std::vector<int32_t>& prompt);
+  void OfferToCache(std::span<const int32_t> consumed);
 
   const PipelineOptions& opt_;
   zmq::context_t& ctx_;
@@ -108,7 +114,22 @@ class ComputeService {
   std::vector<int32_t> seq_ids_;
   std::optional<state::ModelIdentity> identity_;  // computed at the first StateOp
   std::deque<cp::Message> held_;  // arrived during a request, answered after it (not lost)
+  PrefixCache prefix_cache_{opt_.prefix_cache_bytes};
 };
+
+size_t ComputeService::StartFromCache(const std::vector<int32_t>& prompt) {
+  fwd_->Reset();
+  const PrefixSnapshot* hit = prefix_cache_.Lookup(prompt);
+  if (!hit) return 0;
+  fwd_->LoadState(hit->state);  // a copy: the snapshot stays for the next request
+  return hit->ids.size();
+}
+
+void ComputeService::OfferToCache(std::span<const int32_t> consumed) {
+  if (fwd_->torn() || static_cast<int64_t>(consumed.size()) != fwd_->position()) return;
+  if (!prefix_cache_.Fits(PrefixCache::BytesOf(consumed.size(), fwd_->state()))) return;
+  prefix_cache_.Insert(consumed, fwd_->state());
+}
 
 // Between decode steps, without waiting: true when a Cancel for `request_id` has arrived. A
 // Cancel for any other request is ignored; any other message (a next Generate, say) is kept
@@ -205,17 +226,25 @@ void ComputeService::Answer(const cp::Generate& g) {
   // keep_state: the ids not consumed yet (the last generated one, say) go first, then the prompt.
   // full_recompute recomputes every step from nothing, so it feeds the whole sequence.
   std::vector<int32_t> feed;
-  size_t kept = 0;
+  size_t kept = 0;    // ids of the sequence the forward state has consumed before `feed`
+  size_t cached = 0;  // of them, from a prefix snapshot (a new sequence)
+  const bool new_sequence = !g.keep_state;
   if (g.keep_state) {
     if (fwd_->torn()) throw BadInput("Generate keep_state after a pass that was stopped midway");
     kept = g.full_recompute ? 0 : static_cast<size_t>(fwd_->position());
     if (g.full_recompute) fwd_->Reset();
     feed.assign(seq_ids_.begin() + static_cast<std::ptrdiff_t>(kept), seq_ids_.end());
+    feed.insert(feed.end(), g.ids.begin(), g.ids.end());
   } else {
-    fwd_->Reset();
-    seq_ids_.clear();
+    // A new sequence. Perplexity scores every prompt id and full_recompute feeds everything
+    // every step: both prefill from scratch.
+    const bool reuse = prefix_cache_.capacity() > 0 && !g.full_recompute && !g.perplexity;
+    cached = reuse ? StartFromCache(g.ids) : 0;
+    if (!reuse) fwd_->Reset();
+    seq_ids_.assign(g.ids.begin(), g.ids.begin() + static_cast<std::ptrdiff_t>(cached));
+    kept = cached;
+    feed.assign(g.ids.begin() + static_cast<std::ptrdiff_t>(cached), g.ids.end());
   }
-  feed.insert(feed.end(), g.ids.begin(), g.ids.end());
   if (feed.empty()) throw BadInput("Generate without prompt ids");
   const int64_t sequence = static_cast<int64_t>(kept + feed.size());  // a kept or loaded state included
   if (g.max_positions > 0 && sequence > g.max_positions)
@@ -236,6 +265,13 @@ void ComputeService::Answer(const cp::Generate& g) {
     throw BadInput("Generate.spec " + std::to_string(g.spec) + " outside [0, " + std::to_string(plan::kMaxSpecDrafts) + "]");
   p.spec = g.spec;
   GreedyHooks hooks;
+  // The prompt minus its last id is offered once it is consumed (the next request with the
+  // same prompt, or this prompt extended, starts there); docs/pipeline.md "Prefix cache".
+  if (new_sequence && prefix_cache_.capacity() > 0 && !g.full_recompute && feed.size() > 1 &&
+      prefix_cache_.Fits(plan::PrefixSnapshotBytes(cfg_, static_cast<int64_t>(g.ids.size()) - 1))) {
+    p.mark = static_cast<int64_t>(feed.size()) - 1;
+    hooks.at_mark = [&] { OfferToCache(std::span<const int32_t>(g.ids.data(), g.ids.size() - 1)); };
+  }
   PromptScorer scorer{feed};  // the ids this pass feeds (a kept state's last id first)
   if (g.perplexity)
     hooks.on_prompt_chunk = [&](const float* chunk, int64_t T) { scorer.Chunk(chunk, T, cfg_.vocab_size); };
@@ -275,6 +311,11 @@ void ComputeService::Answer(const cp::Generate& g) {
   interrupted_ = r.ending == Ending::kInterrupted;
   seq_ids_.resize(kept);
   seq_ids_.insert(seq_ids_.end(), r.full.begin(), r.full.end());
+  // The whole sequence as far as it was consumed (all but the last generated id): the next
+  // turn of a chat sends it back with its new message.
+  if (new_sequence && !interrupted_ && prefix_cache_.capacity() > 0 && !g.full_recompute &&
+      seq_ids_.size() >= static_cast<size_t>(fwd_->position()))
+    OfferToCache(std::span<const int32_t>(seq_ids_.data(), static_cast<size_t>(fwd_->position())));
   // Stats first, then Done (the launcher's report waits for both; docs/pipeline.md).
   const PipelineCounters& c = counters_;
   ctl_.Stats({S("trunk_wait_seconds", c.trunk_wait_seconds),
@@ -309,6 +350,7 @@ void ComputeService::Answer(const cp::Generate& g) {
   d.stats.nll_sum = scorer.nll_sum;
   d.stats.spec_drafted = static_cast<int32_t>(r.spec_drafted);
   d.stats.spec_accepted = static_cast<int32_t>(r.spec_accepted);
+  d.stats.cached_tokens = static_cast<int32_t>(cached);
   ipc::SendMessage(launcher_, ipc::Encode(d));
   const char* how = r.ending == Ending::kStopId        ? "stop id"
                     : r.ending == Ending::kInterrupted ? "interrupted"
@@ -316,10 +358,12 @@ void ComputeService::Answer(const cp::Generate& g) {
                                                        : "length";
   std::fprintf(stderr,
                "[compute] stats: %zu tokens generated (ended by %s), prefill %.2f s, %.4f s/token, "
-               "waits trunk %.2f s expert %.2f s, %llu rejected messages\n",
+               "waits trunk %.2f s expert %.2f s, %llu rejected messages; %zu prompt ids from the prefix cache "
+               "(%zu snapshots, %s)\n",
                r.generated.size(), how, r.prefill_seconds, r.seconds_per_token,
                c.trunk_wait_seconds - at_start.trunk_wait_seconds, c.expert_wait_seconds - at_start.expert_wait_seconds,
-               static_cast<unsigned long long>(c.rejects.rejected + ctl_.rejects().rejected));
+               static_cast<unsigned long long>(c.rejects.rejected + ctl_.rejects().rejected), cached,
+               prefix_cache_.size(), plan::FormatBytes(prefix_cache_.bytes()).c_str());
 }
 
 }  // namespace
