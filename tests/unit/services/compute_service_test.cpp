@@ -45,6 +45,7 @@ class ComputeServiceTest : public ::testing::Test {
     experts_ = ipc::ShmArena::Create(launcher_.ArenaName("experts"), ipc::SlotTable::BytesNeeded(slots, expert_slot));
     ipc::SlotTable::Format(experts_, slots, expert_slot);
     compute_ep_.set(zmq::sockopt::linger, 0);
+    compute_ep_.set(zmq::sockopt::router_handover, 1);  // a restarted compute takes its identity over
     compute_ep_.bind(launcher_.Endpoint("compute"));
 
     reader_ = Child({K3_TRUNK_READER, "--model", model_, "--control", launcher_.Endpoint("control"), "--bind",
