@@ -118,10 +118,12 @@ class ComputeService {
 };
 
 size_t ComputeService::StartFromCache(const std::vector<int32_t>& prompt) {
-  fwd_->Reset();
   const PrefixSnapshot* hit = prefix_cache_.Lookup(prompt);
-  if (!hit) return 0;
-  fwd_->LoadState(hit->state);  // a copy: the snapshot stays for the next request
+  if (!hit) {
+    fwd_->Reset();
+    return 0;
+  }
+  fwd_->CopyState(hit->state);  // the snapshot stays for the next request
   return hit->ids.size();
 }
 

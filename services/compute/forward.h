@@ -31,6 +31,12 @@ class Forward {
     torn_ = false;
   }
   bool torn() const { return torn_; }
+  // The same from a state that stays with its owner (a prefix snapshot): copied into the live
+  // buffers, so no second full sequence state exists at any moment (the plan counts one).
+  void CopyState(const SequenceState& s) {
+    state_ = s;
+    torn_ = false;
+  }
 
   // Consumes ids[0..T) after the current state. logits receives [T][vocab] when
   // all_positions, else [vocab] for the last token only; null skips the head.
