@@ -51,6 +51,7 @@ class ComputeServiceTest : public ::testing::Test {
     experts_ = ipc::ShmArena::Create(launcher_.ArenaName("experts"), ipc::SlotTable::BytesNeeded(slots, expert_slot));
     ipc::SlotTable::Format(experts_, slots, expert_slot);
     compute_ep_.set(zmq::sockopt::linger, 0);
+    compute_ep_.set(zmq::sockopt::router_handover, 1);  // a restarted compute takes its identity over
     compute_ep_.bind(launcher_.Endpoint("compute"));
 
     reader_ = Child({K3_TRUNK_READER, "--model", model_, "--control", launcher_.Endpoint("control"), "--bind",
@@ -62,14 +63,26 @@ class ComputeServiceTest : public ::testing::Test {
                       launcher_.Endpoint("experts"), "--arena", experts_.name(), "--io", "pread"},
                      launcher_.StderrPath("expert-fetcher"));
     ASSERT_TRUE(launcher_.WaitReady("expert-fetcher")) << launcher_.ReadStderr("expert-fetcher");
+    StartCompute({});
+  }
+  // Compute with the common flags, ComputeFlags() and `extra`.
+  void StartCompute(const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {K3_COMPUTE, "--pipeline", "--model", model_, "--control",
                                      launcher_.Endpoint("control"), "--endpoint", launcher_.Endpoint("compute"), "--trunk",
                                      launcher_.Endpoint("trunk"), "--experts", launcher_.Endpoint("experts"),
                                      "--pinned-arena", pinned_.name(), "--ring-arena", ring_.name(), "--experts-arena",
                                      experts_.name(), "--threads", "1"};
     for (const std::string& f : ComputeFlags()) argv.push_back(f);
+    argv.insert(argv.end(), extra.begin(), extra.end());
     compute_ = Child(argv, launcher_.StderrPath("compute"));
     ASSERT_TRUE(launcher_.WaitReady("compute")) << launcher_.ReadStderr("compute");
+  }
+  // A Shutdown between requests (exit 0), then a new compute with `extra` flags on the same
+  // trunk reader and fetcher.
+  void RestartCompute(const std::vector<std::string>& extra) {
+    launcher_.Shutdown("compute");
+    ASSERT_EQ(compute_.Wait(10s), 0) << launcher_.ReadStderr("compute");
+    StartCompute(extra);
   }
   void TearDown() override {
     compute_.Kill9();
@@ -525,6 +538,99 @@ TEST_P(BatchedComputeTest, ConcurrentRequestsGetExactlyTheirSoloIds) {
 
 INSTANTIATE_TEST_SUITE_P(Budgets, BatchedComputeTest, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? std::string("Resident") : std::string("Streaming"); });
+
+// Prefix reuse (issue 14, docs/pipeline.md "Prefix cache"): with --prefix-cache a new sequence
+// whose prompt starts with the ids of a cached snapshot starts from it (Done's cached_tokens:
+// the ids not prefilled) and gets exactly the ids and first-token logits of a compute without
+// the cache that prefilled everything: the same prompt again, the prompt extended, a seeded
+// sampled request, and the next turn of a chat (prompt + answer + new message). A bound smaller
+// than one snapshot keeps nothing: cached_tokens 0, the same ids.
+TEST_F(ComputeServiceTest, PrefixCacheStartsFromSnapshotsWithTheSameIdsAndLogits) {
+  const fs::path dir = fs::path(K3_SVC_SCRATCH) / ("prefix-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string logits = (dir / "first.f32").string();
+  struct Out {
+    std::vector<int32_t> ids;
+    std::string logits;  // float32 logits that chose the first token (--dump-logits)
+    int32_t cached = -1;
+  };
+  constexpr int32_t kGen = 6;
+  auto run = [&](uint64_t id, const std::vector<int32_t>& prompt, bool sampled) {
+    cp::Generate g;
+    g.request_id = id;
+    g.ids = prompt;
+    g.gen = kGen;
+    g.prefill_chunk = 4;  // several chunks: the snapshot mark splits one of them
+    if (sampled) {
+      g.sampling.temperature = 0.9f;
+      g.sampling.seed = 77;
+    }
+    Send(g);
+    Out o;
+    auto d = Collect(o.ids);
+    EXPECT_TRUE(d) << launcher_.ReadStderr("compute");
+    if (!d) return o;
+    EXPECT_EQ(d->request_id, id);
+    EXPECT_EQ(d->stats.prompt_tokens, static_cast<int32_t>(prompt.size()));
+    EXPECT_EQ(d->stats.position, static_cast<int32_t>(prompt.size()) + kGen);
+    o.cached = d->stats.cached_tokens;
+    std::ifstream f(logits, std::ios::binary);
+    o.logits.assign(std::istreambuf_iterator<char>(f), {});
+    EXPECT_EQ(o.logits.size(), static_cast<size_t>(cfg_.vocab_size) * 4);
+    return o;
+  };
+  const std::vector<int32_t> P = {1, 5, 9, 200, 77, 3, 18, 42, 64, 2, 150};
+  const std::vector<int32_t> Q = {11, 300, 7, 99, 4};
+  std::vector<int32_t> PQ = P;
+  PQ.insert(PQ.end(), Q.begin(), Q.end());
+
+  // The reference: no cache, every prompt prefilled from nothing.
+  RestartCompute({"--dump-logits", logits});
+  const Out ref_p = run(1, P, false), ref_pq = run(2, PQ, false), ref_pq_sampled = run(3, PQ, true);
+  std::vector<int32_t> turn2 = P;  // a chat's next turn: the answer, then the new message
+  turn2.insert(turn2.end(), ref_p.ids.begin(), ref_p.ids.end());
+  turn2.insert(turn2.end(), {8, 130, 61});
+  const Out ref_turn2 = run(4, turn2, false);
+  for (const Out* o : {&ref_p, &ref_pq, &ref_pq_sampled, &ref_turn2}) EXPECT_EQ(o->cached, 0);
+  ASSERT_EQ(ref_p.ids.size(), static_cast<size_t>(kGen));
+
+  RestartCompute({"--dump-logits", logits, "--prefix-cache", "64M"});
+  auto same = [](const Out& got, const Out& want, int32_t cached, const char* what) {
+    EXPECT_EQ(got.cached, cached) << what;
+    EXPECT_EQ(got.ids, want.ids) << what;
+    EXPECT_TRUE(got.logits == want.logits) << what << ": first-token logits differ";
+  };
+  same(run(11, P, false), ref_p, 0, "first request");  // nothing cached yet
+  // P minus its last id was kept after A's prefill: B feeds Q and P's last id only.
+  same(run(12, PQ, false), ref_pq, static_cast<int32_t>(P.size()) - 1, "P + Q");
+  same(run(13, P, false), ref_p, static_cast<int32_t>(P.size()) - 1, "P again");
+  same(run(14, PQ, true), ref_pq_sampled, static_cast<int32_t>(PQ.size()) - 1, "P + Q sampled");
+  // The end of request 11 (P and all its answer but the last id, which was never fed).
+  same(run(15, turn2, false), ref_turn2, static_cast<int32_t>(P.size()) + kGen - 1, "next chat turn");
+  // keep_state continues the kept sequence as before: not from the cache, nothing cached.
+  {
+    cp::Generate g;
+    g.request_id = 16;
+    g.ids = {5, 6};
+    g.gen = 2;
+    g.keep_state = true;
+    Send(g);
+    std::vector<int32_t> ids;
+    auto d = Collect(ids);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->stats.cached_tokens, 0);
+    EXPECT_EQ(d->stats.position, static_cast<int32_t>(turn2.size()) + kGen + 2 + 2);
+  }
+
+  // 32 KiB holds no snapshot of this model (its KDA state alone is 56 KiB): nothing is reused.
+  RestartCompute({"--dump-logits", logits, "--prefix-cache", "32K"});
+  same(run(21, P, false), ref_p, 0, "tiny cache, P");
+  same(run(22, PQ, false), ref_pq, 0, "tiny cache, P + Q");
+  same(run(23, P, false), ref_p, 0, "tiny cache, P again");
+  launcher_.Shutdown("compute");
+  EXPECT_EQ(compute_.Wait(10s), 0) << launcher_.ReadStderr("compute");
+  fs::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace k3::test
