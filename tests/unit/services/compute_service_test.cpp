@@ -632,5 +632,129 @@ TEST_F(ComputeServiceTest, PrefixCacheStartsFromSnapshotsWithTheSameIdsAndLogits
   fs::remove_all(dir);
 }
 
+// Prefix reuse in the batched scheduler (--max-batch 3): A and B share a prompt prefix and run
+// in one batch; C (A's prompt extended) arrives while A and B decode and starts from A's
+// prompt-minus-last snapshot, taken from A's own state in the batch; D (A's chat turn: A's
+// prompt, A's answer, a new message) arrives once A ended, while B still decodes, and starts
+// from A's end-of-request snapshot. Every request gets exactly the ids of a solo fresh run on a
+// compute without the cache; cached_tokens say which snapshot each started from.
+class BatchedPrefixTest : public ComputeServiceTest {
+ protected:
+  std::vector<std::string> ComputeFlags() const override { return {"--max-batch", "3"}; }
+};
+
+TEST_F(BatchedPrefixTest, SnapshotsFromBatchedSequencesGiveTheSoloIds) {
+  const std::vector<int32_t> P = {1, 5, 9, 200, 77, 3, 18, 42, 64};
+  auto make = [](uint64_t id, std::vector<int32_t> ids, int32_t gen) {
+    cp::Generate g;
+    g.request_id = id;
+    g.ids = std::move(ids);
+    g.gen = gen;
+    g.prefill_chunk = 4;  // several chunks: the snapshot mark splits one
+    return g;
+  };
+  std::vector<int32_t> a_ids = P, b_ids = P;
+  a_ids.insert(a_ids.end(), {11, 300, 7});  // B shares P only (A minus its last id is not B's prefix)
+  b_ids.insert(b_ids.end(), {99, 4, 150});
+  cp::Generate A = make(1, a_ids, 8), B = make(2, b_ids, 120);
+  B.sampling.temperature = 0.9f;
+  B.sampling.seed = 4321;
+  std::vector<int32_t> c_ids = a_ids;
+  c_ids.insert(c_ids.end(), {2, 61, 130, 8, 17});
+  cp::Generate C = make(3, c_ids, 10);
+  C.sampling.temperature = 1.1f;
+  C.sampling.seed = 77;
+  C.sampling.frequency_penalty = 0.5f;
+
+  // Solo fresh runs (no cache: every prompt prefilled from nothing), one at a time.
+  auto solo = [&](cp::Generate g) {
+    Send(g);
+    std::vector<int32_t> ids;
+    auto d = Collect(ids);
+    EXPECT_TRUE(d) << launcher_.ReadStderr("compute");
+    EXPECT_TRUE(d && d->stats.cached_tokens == 0);
+    return ids;
+  };
+  const std::vector<int32_t> ref_a = solo(A), ref_b = solo(B), ref_c = solo(C);
+  ASSERT_EQ(ref_a.size(), 8u);
+  ASSERT_EQ(ref_b.size(), 120u);
+  ASSERT_NE(ref_a[0], c_ids[a_ids.size()]);  // C does not extend A's end snapshot
+  std::vector<int32_t> d_ids = a_ids;  // A's next chat turn
+  d_ids.insert(d_ids.end(), ref_a.begin(), ref_a.end());
+  d_ids.insert(d_ids.end(), {8, 130, 61});
+  cp::Generate D = make(4, d_ids, 6);
+  D.sampling.temperature = 0.8f;
+  D.sampling.seed = 5;
+  const std::vector<int32_t> ref_d = solo(D);
+
+  RestartCompute({"--prefix-cache", "64M"});
+  steps_.clear();
+  Send(A);
+  Send(B);
+  std::map<uint64_t, std::vector<int32_t>> got;
+  std::map<uint64_t, cp::Done> done;
+  std::vector<cp::Step> steps;
+  bool c_sent = false, d_sent = false;
+  while (done.size() < 4) {
+    auto m = Next();
+    ASSERT_TRUE(m) << launcher_.ReadStderr("compute");
+    if (const auto* t = std::get_if<cp::Token>(&*m)) {
+      got[t->request_id].push_back(t->id);
+      // A's first token: its prefill (and the mark before it) is done; A and B decode.
+      if (t->request_id == 1 && !c_sent) {
+        Send(C);
+        c_sent = true;
+      }
+    } else if (const auto* st = std::get_if<cp::Step>(&*m)) {
+      steps.push_back(*st);
+    } else if (const auto* d = std::get_if<cp::Done>(&*m)) {
+      done[d->request_id] = *d;
+      if (d->request_id == 1 && !d_sent) {
+        Send(D);
+        d_sent = true;
+      }
+    }
+  }
+  EXPECT_EQ(got[1], ref_a);
+  EXPECT_EQ(got[2], ref_b);
+  EXPECT_EQ(got[3], ref_c);
+  EXPECT_EQ(got[4], ref_d);
+  EXPECT_EQ(done[1].stats.cached_tokens, 0);
+  EXPECT_EQ(done[2].stats.cached_tokens, 0);
+  EXPECT_EQ(done[3].stats.cached_tokens, static_cast<int32_t>(a_ids.size()) - 1);  // A's prompt minus its last id
+  EXPECT_EQ(done[4].stats.cached_tokens, static_cast<int32_t>(a_ids.size() + ref_a.size()) - 1);  // A's end
+  for (uint64_t id : {1u, 2u, 3u, 4u}) {
+    const cp::Generate& g = id == 1 ? A : id == 2 ? B : id == 3 ? C : D;
+    EXPECT_EQ(done[id].reason, cp::StopReason::kLength) << id;
+    EXPECT_EQ(done[id].stats.prompt_tokens, static_cast<int32_t>(g.ids.size())) << id;
+    EXPECT_EQ(done[id].stats.position, static_cast<int32_t>(g.ids.size()) + g.gen) << id;
+  }
+  // A and B shared passes; C and D each prefilled in a pass beside another sequence's decode row.
+  auto first_pass_of = [&](uint64_t id) -> const cp::Step* {
+    for (const cp::Step& st : steps)
+      if (std::count(st.request_ids.begin(), st.request_ids.end(), id)) return &st;
+    return nullptr;
+  };
+  bool ab_together = false;
+  for (const cp::Step& st : steps)
+    ab_together = ab_together || (std::count(st.request_ids.begin(), st.request_ids.end(), 1u) &&
+                                  std::count(st.request_ids.begin(), st.request_ids.end(), 2u));
+  EXPECT_TRUE(ab_together);
+  for (uint64_t id : {3u, 4u}) {
+    const cp::Step* st = first_pass_of(id);
+    ASSERT_TRUE(st) << id;
+    EXPECT_GE(st->request_ids.size(), 2u) << id;
+    EXPECT_GT(st->prefill_rows, 0) << id;
+    EXPECT_GT(st->rows, st->prefill_rows) << id;  // another sequence's decode row
+  }
+  // Only the ids after the snapshots were prefilled: all of A and B, C and D past their cached ids.
+  int64_t prefill_rows = 0;
+  for (const cp::Step& st : steps) prefill_rows += st.prefill_rows;
+  EXPECT_EQ(prefill_rows, static_cast<int64_t>(a_ids.size() + b_ids.size() + c_ids.size() + d_ids.size()) -
+                              done[3].stats.cached_tokens - done[4].stats.cached_tokens);
+  launcher_.Shutdown("compute");
+  EXPECT_EQ(compute_.Wait(10s), 0) << launcher_.ReadStderr("compute");
+}
+
 }  // namespace
 }  // namespace k3::test
