@@ -238,7 +238,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
                      std::to_string(plan::kMaxBatch) + " (the plan reserves state for each; TOML: max_batch)");
   app.add_option("--prefix-cache", cli.prefix_cache,
                  "compute's prefix-snapshot cache: a size (512M), 0 = off, or auto (default: a share of the budget "
-                 "above the floor when several requests reach compute; off for one prompt or a chat) (TOML: "
+                 "above the floor with --serve, where many requests reach compute; off for one prompt or a chat) (TOML: "
                  "prefix_cache)");
   app.add_flag("--quiet", cli.quiet, "stderr: only errors and the final summary (no progress or service lines)");
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service and per expert server (default 4)");

@@ -32,7 +32,8 @@ struct LaunchOptions {
   int64_t spec = 0;            // n-gram drafts per verify pass (Generate.spec; 0: none)
   int max_batch = 1;           // sequences compute decodes together (k3-compute --max-batch; the plan's batch-state)
   // Compute's prefix-snapshot cache (docs/pipeline.md "Prefix cache"): a size, "0", or "auto"
-  // (a share of the budget above the floor when compute answers several requests; PrefixCacheFor).
+  // (a share of the budget above the floor when compute answers several requests, as with --serve;
+  // PrefixCacheFor).
   std::string prefix_cache = "auto";
   bool prefetch_hints = true;  // compute guesses each next layer's experts for the fetcher
   std::vector<std::string> expert_server;  // k3-expert-server endpoints (tcp://HOST:PORT): experts read there
