@@ -502,6 +502,36 @@ TEST(MemoryPlan, AnExplicitPrefixCacheIsPartOfTheFloor) {
   EXPECT_THROW(PlanFloor(m, o), Error);
 }
 
+// Batching and prefix reuse together (serve mode): the batch-state region (a state per sequence
+// beyond the first, where a hit is copied) and the prefix-cache region (the snapshots) are both
+// in the plan, each its own size, and the floor counts both.
+TEST(MemoryPlan, BatchStateAndPrefixCacheAreBothCounted) {
+  const PlanModel m = Synthetic();
+  PlanOptions o = SmallOptions();
+  const int64_t base = PlanFloor(m, o);
+  PlanOptions batch = o;
+  batch.max_batch = 4;
+  const int64_t batch_extra = PlanFloor(m, batch) - base;
+  ASSERT_GT(batch_extra, 0);
+  PlanOptions both = batch;
+  both.prefix_cache = 100 * kMiB;
+  EXPECT_EQ(PlanFloor(m, both), base + batch_extra + 100 * kMiB);
+  const MemoryPlan p = MakePlan(m, PlanFloor(m, both) + 200 * kMiB, both);
+  CheckInvariants(m, p);
+  ASSERT_TRUE(FindRegion(p, "batch-state"));
+  ASSERT_TRUE(FindRegion(p, "prefix-cache"));
+  EXPECT_EQ(FindRegion(p, "batch-state")->bytes, batch_extra);
+  EXPECT_EQ(FindRegion(p, "prefix-cache")->bytes, 100 * kMiB);
+  // auto above a batched floor: a quarter of what lies above it, up to two full-context snapshots.
+  both.prefix_cache = kPrefixCacheAuto;
+  const int64_t floor = PlanFloor(m, both);
+  EXPECT_EQ(floor, base + batch_extra);
+  const MemoryPlan a = MakePlan(m, floor + 8 * kMiB, both);
+  CheckInvariants(m, a);
+  EXPECT_EQ(a.prefix_cache, std::min<int64_t>(2 * kMiB, 2 * PrefixSnapshotBytes(m.cfg, both.context)));
+  EXPECT_EQ(a.batch_state, batch_extra);
+}
+
 TEST(ParsePrefixCache, SizesOffAndAuto) {
   EXPECT_EQ(ParsePrefixCache("512M", "prefix_cache", true), 512 * kMiB);
   EXPECT_EQ(ParsePrefixCache("2G", "prefix_cache", false), 2 * kGiB);
