@@ -78,6 +78,7 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
   if (opt.max_batch > 1) c.insert(c.end(), {"--max-batch", std::to_string(opt.max_batch)});
   if (HintsOffReason(opt, m, p) == nullptr) c.push_back("--prefetch-hints");
   if (!opt.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt.dump_logits});
+  if (p.prefix_cache > 0) c.insert(c.end(), {"--prefix-cache", std::to_string(p.prefix_cache)});
   c.insert(c.end(), head_flags.begin(), head_flags.end());
   out.push_back({"compute", c, false});
 

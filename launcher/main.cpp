@@ -1,5 +1,6 @@
 // k3-launch: reads the TOML + flags, plans the memory budget (printed before anything is
 // loaded), then runs the pipeline of services (run.cpp) or, with --dry-run, stops there.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -46,6 +47,9 @@ int Main(int argc, char** argv) {
   po.max_expert_slots = opt.expert_slots;
   po.spec_drafts = opt.spec;
   po.max_batch = opt.max_batch;
+  // A single run feeds one prompt (or a chat on its kept sequence): auto leaves the cache off.
+  // k3-server sends compute many requests, which share system prompts and chat turns.
+  po.prefix_cache = launch::PrefixCacheFor(opt, !opt.serve.empty());
   const plan::MemoryPlan p = plan::MakePlan(m.plan_model, budget, po);
   for (int32_t id : opt.stop_ids)
     if (id >= m.cfg.vocab_size)
@@ -81,6 +85,16 @@ int Main(int argc, char** argv) {
     std::fprintf(plan_out, "routed experts read by the expert server%s at %s (k3-expert-server)\n",
                  opt.expert_server.size() > 1 ? "s" : "", eps.c_str());
   }
+  if (p.prefix_cache > 0)
+    std::fprintf(plan_out, "prefix cache: %s, %.1f snapshots of a full-context sequence (%s each)\n",
+                 plan::FormatBytes(p.prefix_cache).c_str(),
+                 static_cast<double>(p.prefix_cache) / static_cast<double>(std::max<int64_t>(p.prefix_snapshot_bytes, 1)),
+                 plan::FormatBytes(p.prefix_snapshot_bytes).c_str());
+  else
+    std::fprintf(plan_out, "prefix cache: off%s\n",
+                 opt.prefix_cache != "auto" ? ""
+                 : opt.serve.empty()        ? " (auto: one request per run has no prefix to reuse)"
+                                            : " (auto: no budget above the floor)");
   const char* hints_off = launch::HintsOffReason(opt, m, p);
   std::fprintf(plan_out, "next-layer expert hints: %s%s\n", hints_off ? "off, " : "on", hints_off ? hints_off : "");
   std::fprintf(plan_out, "streamed: embedding %s, lm_head %s\n",

@@ -31,6 +31,12 @@ std::string ResolvePath(const std::string& base_dir, const std::string& p) {
 
 }  // namespace
 
+int64_t PrefixCacheFor(const LaunchOptions& opt, bool several_requests) {
+  const int64_t v = plan::ParsePrefixCache(opt.prefix_cache, "prefix_cache", true);
+  if (v != plan::kPrefixCacheAuto) return v;
+  return several_requests ? plan::kPrefixCacheAuto : 0;
+}
+
 int MaxThreads() {
   const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return 4 * static_cast<int>(std::clamp<long>(n, 1, 1 << 20));
@@ -117,6 +123,7 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
     else if (k == "max_pinned_trunk") opt.max_pinned_trunk = integer();
     else if (k == "spec") opt.spec = integer();
     else if (k == "max_batch") opt.max_batch = small_int();
+    else if (k == "prefix_cache") opt.prefix_cache = node.is_integer() ? std::to_string(integer()) : str();
     else if (k == "full_recompute") {
       if (!node.is_boolean()) throw bad("true or false");
       opt.full_recompute = *node.value<bool>();
@@ -229,6 +236,10 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--max-batch", cli.max_batch,
                  "sequences compute decodes together in one pass over the weights, 1 to " +
                      std::to_string(plan::kMaxBatch) + " (the plan reserves state for each; TOML: max_batch)");
+  app.add_option("--prefix-cache", cli.prefix_cache,
+                 "compute's prefix-snapshot cache: a size (512M), 0 = off, or auto (default: a share of the budget "
+                 "above the floor with --serve, where many requests reach compute; off for one prompt or a chat) (TOML: "
+                 "prefix_cache)");
   app.add_flag("--quiet", cli.quiet, "stderr: only errors and the final summary (no progress or service lines)");
   app.add_option("--inflight", cli.inflight, "reads in flight per reader service and per expert server (default 4)");
   app.add_option("--dump-cache-trace", cli.dump_cache_trace, "directory for the expert fetcher's cache trace");
@@ -318,6 +329,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   if (given("--read-ahead")) opt.read_ahead = cli.read_ahead;
   if (given("--spec")) opt.spec = cli.spec;
   if (given("--max-batch")) opt.max_batch = cli.max_batch;
+  if (given("--prefix-cache")) opt.prefix_cache = cli.prefix_cache;
   if (given("--stop-ids") || given("--stop-id")) {  // both flags add up; together they replace the TOML's
     opt.stop_ids.clear();
     if (given("--stop-ids"))
@@ -390,6 +402,7 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.max_batch < 1 || opt.max_batch > plan::kMaxBatch)
     throw UsageError("--max-batch " + std::to_string(opt.max_batch) + ": must be 1 to " + std::to_string(plan::kMaxBatch));
   if (opt.spec > 0 && opt.full_recompute) throw UsageError("--spec needs incremental decoding, not full_recompute");
+  (void)plan::ParsePrefixCache(opt.prefix_cache, "prefix_cache", true);  // exit 2 naming it
   if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
   if (opt.expert_inputs != "f32" && opt.expert_inputs != "bf16")
     throw UsageError("--expert-inputs: '" + opt.expert_inputs + "' is not f32 or bf16");

@@ -31,6 +31,10 @@ struct LaunchOptions {
   bool full_recompute = false;
   int64_t spec = 0;            // n-gram drafts per verify pass (Generate.spec; 0: none)
   int max_batch = 1;           // sequences compute decodes together (k3-compute --max-batch; the plan's batch-state)
+  // Compute's prefix-snapshot cache (docs/pipeline.md "Prefix cache"): a size, "0", or "auto"
+  // (a share of the budget above the floor when compute answers several requests, as with --serve;
+  // PrefixCacheFor).
+  std::string prefix_cache = "auto";
   bool prefetch_hints = true;  // compute guesses each next layer's experts for the fetcher
   std::vector<std::string> expert_server;  // k3-expert-server endpoints (tcp://HOST:PORT): experts read there
   int64_t expert_slots = -1;   // cap on the plan's expert slots (experiments: force misses); -1 = none
@@ -78,6 +82,11 @@ inline constexpr size_t kMaxExpertServers = 64;
 
 // The most compute threads k3-launch accepts: 4 x the online CPUs.
 int MaxThreads();
+
+// The plan's PlanOptions::prefix_cache for these options: an explicit size as given; auto is
+// plan::kPrefixCacheAuto when several requests reach one compute, else 0 (one prompt, or a chat
+// that continues its kept sequence: nothing to reuse, so nothing is taken from the budget).
+int64_t PrefixCacheFor(const LaunchOptions& opt, bool several_requests);
 
 // Parses argv (CLI11) and the TOML it names. Returns nullopt after --help was printed.
 std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv);

@@ -31,8 +31,9 @@ int64_t SlotArena(int64_t slots, int64_t slot_bytes) {
 // frames from an expert server).
 struct Fixed {
   int64_t kda_state = 0, mla_cache = 0, scratch = 0, overhead = 0, tokenizer = 0, remote = 0, spec = 0;
-  int64_t batch = 0;  // BatchStateBytes
-  int64_t sum() const { return kda_state + mla_cache + scratch + overhead + tokenizer + remote + spec + batch; }
+  int64_t batch = 0;   // BatchStateBytes
+  int64_t prefix = 0;  // prefix-snapshot cache (an explicit size; auto is added by MakePlan)
+  int64_t sum() const { return kda_state + mla_cache + scratch + overhead + tokenizer + remote + spec + batch + prefix; }
 };
 
 Fixed FixedCosts(const PlanModel& m, const PlanOptions& o) {
@@ -58,6 +59,7 @@ Fixed FixedCosts(const PlanModel& m, const PlanOptions& o) {
   f.spec = SpecRollbackBytes(c, o.spec_drafts);
   f.batch = BatchStateBytes(c, o.context, o.max_batch);
   f.overhead = kPlannedProcesses * o.process_overhead;
+  f.prefix = std::max<int64_t>(o.prefix_cache, 0);
   f.tokenizer = o.tokenizer_bytes;
   // Each expert in flight from the server sits whole in a ZeroMQ frame until it is copied.
   f.remote = o.remote_expert_frames * m.expert_bytes;
@@ -180,6 +182,18 @@ int64_t LayerMinPieceSlot(const PlanModel& m, int layer) {
   return std::min(MinPieceSlot(ReleasePieceTensors(m.cfg, layer)), whole);
 }
 
+int64_t PrefixSnapshotBytes(const ModelConfig& c, int64_t positions) {
+  const int64_t n_kda = std::count(c.layer_kind.begin(), c.layer_kind.end(), MixerKind::KDA);
+  const int64_t n_mla = static_cast<int64_t>(c.layer_kind.size()) - n_kda;
+  const int64_t proj = c.kda_heads * c.kda_head_dim;
+  const int64_t kda = c.kda_heads * c.kda_head_dim * c.kda_head_dim + 3 * proj * std::max<int64_t>(c.conv_kernel - 1, 0);
+  return 4 * (n_kda * kda + positions * (n_mla * (c.kv_lora_rank + c.qk_rope_head_dim) + 1));
+}
+
+int64_t PrefixCacheAutoBytes(const ModelConfig& c, int64_t context, int64_t headroom) {
+  return std::clamp<int64_t>(headroom / 4, 0, 2 * PrefixSnapshotBytes(c, context));
+}
+
 PlanModel PlanModelFromConfig(const ModelConfig& cfg) {
   PlanModel m;
   m.cfg = cfg;
@@ -207,6 +221,8 @@ void CheckInputs(const PlanModel& m, const PlanOptions& o) {
   if (o.trunk_piece != kTrunkPieceLayer && o.trunk_piece < kPage)
     throw UsageError("trunk_piece " + std::to_string(o.trunk_piece) + ": must be \"layer\" or at least 4096 bytes");
   if (o.read_ahead < 0) throw UsageError("read_ahead must be >= 0 bytes");
+  if (o.prefix_cache < kPrefixCacheAuto)
+    throw UsageError("--prefix-cache: a size (e.g. 512M), 0 for off, or auto");
   if (o.spec_drafts < 0 || o.spec_drafts > kMaxSpecDrafts)
     throw UsageError("--spec " + std::to_string(o.spec_drafts) + ": must be 0 to " + std::to_string(kMaxSpecDrafts));
   const ModelConfig& c = m.cfg;
@@ -288,7 +304,10 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
                                  std::to_string(floor) + " bytes) for context " + std::to_string(o.context) +
                                  "; raise --budget or lower the context");
   const auto cands = Candidates(m);
-  const Fixed f = FixedCosts(m, o);
+  // prefix_cache = auto takes its share of what lies above the floor (the floor counts it as 0).
+  PlanOptions sized = o;
+  if (o.prefix_cache == kPrefixCacheAuto) sized.prefix_cache = PrefixCacheAutoBytes(m.cfg, o.context, budget - floor);
+  const Fixed f = FixedCosts(m, sized);
   // The fetcher reads an expert's run widened to 4096 bounds straight into its slot.
   const int64_t expert_slot = WidenedBytes(m.expert_bytes);
   const int64_t min_experts = SlotArena(m.cfg.top_k, expert_slot);
@@ -316,6 +335,9 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
   p.remote_servers = o.remote_servers;
   p.spec_rollback = f.spec;
   p.batch_state = f.batch;
+  p.prefix_cache = f.prefix;
+  p.prefix_cache_auto = o.prefix_cache == kPrefixCacheAuto;
+  p.prefix_snapshot_bytes = PrefixSnapshotBytes(m.cfg, o.context);
   Layout l = LayoutFor(m, cands, k, o, false);
   int64_t used = f.sum() + Shm(l);
   // Every remaining byte becomes expert slots (no more than the model has experts).
@@ -380,6 +402,13 @@ std::vector<Region> MemoryPlan::regions() const {
     r.insert(r.begin() + 2, {"compute", "spec-rollback", spec_rollback, "speculation: state before a verify pass + its inputs"});
   if (batch_state > 0)
     r.insert(r.begin() + 2, {"compute", "batch-state", batch_state, "KDA state + MLA cache + a decode row per sequence beyond the first"});
+  if (prefix_cache > 0 || prefix_cache_auto) {
+    char note[160];
+    std::snprintf(note, sizeof note, "prefix snapshots%s; %.1f of a full-context one (%s)", prefix_cache_auto ? " (auto)" : "",
+                  prefix_snapshot_bytes > 0 ? static_cast<double>(prefix_cache) / static_cast<double>(prefix_snapshot_bytes) : 0.0,
+                  FormatBytes(prefix_snapshot_bytes).c_str());
+    r.insert(r.begin() + 2 + (spec_rollback > 0) + (batch_state > 0), {"compute", "prefix-cache", prefix_cache, note});
+  }
   if (remote_frames > 0)
     r.push_back({"fetcher", "remote-frames", remote_frames,
                  remote_servers > 1 ? "experts in flight from " + std::to_string(remote_servers) + " expert servers"
@@ -422,6 +451,19 @@ int64_t ParseTrunkPiece(const std::string& text) {
   }
   if (v < kPage) throw UsageError("trunk_piece (--trunk-piece) '" + text + "': must be \"layer\" or a size of at least 4096 bytes (64M, 1G)");
   return v;
+}
+
+int64_t ParsePrefixCache(const std::string& text, const std::string& what, bool allow_auto) {
+  if (text == "0" || text == "off") return 0;
+  if (text == "auto") {
+    if (allow_auto) return kPrefixCacheAuto;
+    throw UsageError(what + " auto: give a size (e.g. 512M) or 0");
+  }
+  try {
+    return ParseBudget(text);
+  } catch (const Error&) {
+    throw UsageError(what + ": bad size '" + text + "' (expected e.g. 512M, 2G, 0 for off" + (allow_auto ? ", or auto)" : ")"));
+  }
 }
 
 int64_t ParseBudget(const std::string& text) {

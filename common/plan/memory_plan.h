@@ -35,6 +35,8 @@ constexpr int64_t kProcessOverheadBytes = 24ll << 20;
 // 36.3 MiB of it anon against about 3 MiB for a service without tables, so the tables take
 // about 33 MiB. 48 MiB is 1.45x that.
 constexpr int64_t kTokenizerTablesBytes = 48ll << 20;
+// PlanOptions::prefix_cache: size it from the budget (PrefixCacheAutoBytes).
+constexpr int64_t kPrefixCacheAuto = -1;
 
 struct PlanOptions {
   int64_t context = 4096;                       // tokens the MLA cache must hold
@@ -52,6 +54,7 @@ struct PlanOptions {
   int64_t max_expert_slots = -1;                // --expert-slots: cap below what the budget allows (-1: none)
   int64_t spec_drafts = 0;                      // --spec: drafts per verify pass (0: no rollback region)
   int64_t max_batch = 1;                        // --max-batch: sequences compute decodes together (1: no batch-state)
+  int64_t prefix_cache = 0;                     // compute's prefix-snapshot cache: bytes, 0 off, or kPrefixCacheAuto
 };
 
 // --spec: the most drafts one verify pass takes.
@@ -70,6 +73,17 @@ int64_t BatchStateBytes(const ModelConfig& cfg, int64_t context, int64_t max_bat
 // pass its pre-conv q/k/v, recurrence inputs q/k/v/α and β, plus the pass's logits rows. MLA
 // needs only a length.
 int64_t SpecRollbackBytes(const ModelConfig& cfg, int64_t drafts);
+
+// Bytes one prefix-cache snapshot of a sequence of `positions` ids holds (compute's
+// PrefixCache counts exactly this): the ids, every KDA layer's recurrent state and conv
+// windows, and every MLA layer's latent rows (normed c + k_pe) of those positions, fp32.
+int64_t PrefixSnapshotBytes(const ModelConfig& cfg, int64_t positions);
+
+// prefix_cache = auto: room for two snapshots of a full-context sequence (a shared system
+// prompt and a chat's previous turn), but never more than a quarter of what the budget leaves
+// above the floor (`headroom`), so the floor is unchanged and the expert slots keep most of the
+// rest. 0 at the floor.
+int64_t PrefixCacheAutoBytes(const ModelConfig& cfg, int64_t context, int64_t headroom);
 
 // What the model needs, independent of the budget.
 struct PlanModel {
@@ -125,6 +139,9 @@ struct MemoryPlan {
   int remote_servers = 0;
   int64_t spec_rollback = 0;  // compute: speculation rollback journal (SpecRollbackBytes; 0 without --spec)
   int64_t batch_state = 0;    // compute: state of the sequences beyond the first (BatchStateBytes; 0 at max_batch 1)
+  int64_t prefix_cache = 0;   // compute: prefix-snapshot cache bound (k3-compute --prefix-cache; 0 = off)
+  bool prefix_cache_auto = false;  // sized by PrefixCacheAutoBytes
+  int64_t prefix_snapshot_bytes = 0;  // one snapshot of a full-context sequence (the region's note)
   // trunk arena
   std::vector<int> pinned_layers;  // ascending layer indices
   int64_t pinned_bytes = 0;        // pinned arena: header page + widened layers + widened globals run
@@ -155,5 +172,8 @@ int64_t ParseBudget(const std::string& text);
 // ("64M"), at least 4096. k3::Error(kExitUsage) on anything else.
 int64_t ParseTrunkPiece(const std::string& text);
 std::string FormatBytes(int64_t bytes);
+// prefix_cache / --prefix-cache: a size as for the budget ("512M"), "0" or "off", or "auto"
+// (kPrefixCacheAuto; refused when !allow_auto). k3::Error(kExitUsage) naming `what` otherwise.
+int64_t ParsePrefixCache(const std::string& text, const std::string& what, bool allow_auto);
 
 }  // namespace k3::plan

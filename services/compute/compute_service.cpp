@@ -6,8 +6,10 @@
 #include <deque>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <zmq.hpp>
 
 #include "common/error.h"
@@ -24,6 +26,7 @@
 #include "membw_probe.h"
 #include "mixers.h"
 #include "pipeline_sources.h"
+#include "prefix_cache.h"
 #include "saved_state.h"
 
 namespace k3::compute {
@@ -92,7 +95,8 @@ class ComputeService {
   struct Request {
     cp::Generate g;
     std::vector<int32_t> feed;  // the ids this request feeds (a kept state's unconsumed ones first)
-    size_t kept = 0;            // ids of a kept sequence before feed
+    size_t kept = 0;            // ids of a kept sequence (or a prefix snapshot) before feed
+    size_t cached = 0;          // of them, from a prefix snapshot (RunStats.cached_tokens)
     GreedyParams p;
     PromptScorer scorer;
     Logprobs chosen_lp;  // of the token on_token sends next (--logprobs)
@@ -114,8 +118,19 @@ class ComputeService {
   void Admit(const cp::Generate& g);
   void BatchStep();
   // A new sequence's state (the one place a sequence starts; it reuses the kept sequence's
-  // memory, and the kept sequence is dropped as a new request always did).
-  SequenceState InitSequence(const Request& r);
+  // memory, and the kept sequence is dropped as a new request always did): a copy of the
+  // longest prefix snapshot of its prompt, else fresh (StartFromCache).
+  SequenceState InitSequence(Request& r);
+  // Prefix reuse (prefix_cache.h; docs/pipeline.md "Prefix cache"), for a new sequence, run in
+  // a batch or alone. StartFromCache: the longest snapshot that prefixes r's prompt (null: none,
+  // or r never starts from one); r then feeds only the rest (kept, cached, feed, p.ids, p.prior
+  // and seq_ids_ say so) and the caller copies the snapshot into the sequence's own state.
+  // OfferCache sets r's snapshot points, the prompt minus its last id (p.mark, hooks.at_mark)
+  // and the sequence at its end (OfferEnd), each taken from `state` (r's own sequence).
+  const PrefixSnapshot* StartFromCache(Request& r);
+  void OfferCache(Request& r, GreedyHooks& hooks, std::function<const SequenceState*()> state);
+  void OfferEnd(const Request& r, const std::vector<int32_t>& consumed_ids, const SequenceState& state, bool torn);
+  void OfferToCache(std::span<const int32_t> consumed, const SequenceState& state);
   void Finish(Request& r, const GreedyResult& res);  // Stats, then Done
   void PrefillProgress(int64_t done, int64_t total);
   void AnswerState(const cp::StateOp& op);  // StateOp Save/Load/Reset (docs/formats.md "State file")
@@ -150,7 +165,51 @@ class ComputeService {
   std::optional<cp::Step> pending_step_;  // of the last pass, sent after its Tokens
   int64_t trunk_bytes_pass_ = 0;              // every layer's trunk tensors (one pass uses them all)
   std::vector<int64_t> expert_bytes_;         // per layer: one routed expert (0 for dense layers)
+  PrefixCache prefix_cache_{opt_.prefix_cache_bytes};
 };
+
+const PrefixSnapshot* ComputeService::StartFromCache(Request& r) {
+  const cp::Generate& g = r.g;
+  // Perplexity scores every prompt id and full_recompute feeds everything every step: both
+  // prefill from scratch. keep_state continues the kept sequence.
+  if (prefix_cache_.capacity() == 0 || g.keep_state || g.full_recompute || g.perplexity) return nullptr;
+  const PrefixSnapshot* hit = prefix_cache_.Lookup(g.ids);
+  if (!hit) return nullptr;
+  r.cached = r.kept = hit->ids.size();
+  r.feed.assign(g.ids.begin() + static_cast<std::ptrdiff_t>(r.cached), g.ids.end());
+  r.p.ids = r.feed;
+  r.p.prior = hit->ids;  // the sampler sees them as the sequence's first ids: a fresh run's draws
+  r.scorer = PromptScorer{r.feed};
+  return hit;
+}
+
+void ComputeService::OfferCache(Request& r, GreedyHooks& hooks, std::function<const SequenceState*()> state) {
+  const cp::Generate& g = r.g;
+  if (prefix_cache_.capacity() == 0 || g.keep_state || g.full_recompute || r.feed.size() < 2) return;
+  if (!prefix_cache_.Fits(plan::PrefixSnapshotBytes(cfg_, static_cast<int64_t>(g.ids.size()) - 1))) return;
+  r.p.mark = static_cast<int64_t>(r.feed.size()) - 1;
+  hooks.at_mark = [this, &r, state = std::move(state)] {
+    if (const SequenceState* s = state())
+      OfferToCache(std::span<const int32_t>(r.g.ids.data(), r.g.ids.size() - 1), *s);
+  };
+}
+
+// The whole sequence as far as it was consumed (all but the last generated id, never fed): the
+// next turn of a chat sends it back with its new message. Not after a stop (half-updated, or the
+// process ends).
+void ComputeService::OfferEnd(const Request& r, const std::vector<int32_t>& ids, const SequenceState& state,
+                              bool torn) {
+  const cp::Generate& g = r.g;
+  if (prefix_cache_.capacity() == 0 || g.keep_state || g.full_recompute || torn || interrupted_) return;
+  if (ids.size() < static_cast<size_t>(state.position)) return;
+  OfferToCache(std::span<const int32_t>(ids.data(), static_cast<size_t>(state.position)), state);
+}
+
+void ComputeService::OfferToCache(std::span<const int32_t> consumed, const SequenceState& state) {
+  if (static_cast<int64_t>(consumed.size()) != state.position) return;
+  if (!prefix_cache_.Fits(PrefixCache::BytesOf(consumed.size(), state))) return;
+  prefix_cache_.Insert(consumed, state);
+}
 
 // Between passes, without waiting: a Cancel marks the running request it names (any other
 // is ignored: that request has ended, or not started); any other message (a next Generate,
@@ -355,6 +414,10 @@ GreedyHooks ComputeService::HooksFor(Request& r) {
 
 void ComputeService::Answer(const cp::Generate& g) {
   std::unique_ptr<Request> r = Prepare(g, false);
+  if (const PrefixSnapshot* hit = StartFromCache(*r)) {  // a new sequence alone (--spec at max_batch 1)
+    fwd_->CopyState(hit->state);
+    seq_ids_ = r->p.prior;
+  }
   active_ = {r.get()};
   // One Step per pass, sent after the Token the pass chose (or before the next pass).
   bool prefill_done = false;
@@ -367,6 +430,7 @@ void ComputeService::Answer(const cp::Generate& g) {
     inner(logits);
     prefill_done = true;
   };
+  OfferCache(*r, hooks, [this]() -> const SequenceState* { return fwd_->torn() ? nullptr : &fwd_->state(); });
   const GreedyResult res = RunGreedy(*fwd_, cfg_.vocab_size, r->p, hooks);
   fwd_->SetPassObserver(nullptr);
   FlushStep();
@@ -374,20 +438,27 @@ void ComputeService::Answer(const cp::Generate& g) {
   interrupted_ = res.ending == Ending::kInterrupted;
   seq_ids_.resize(r->kept);
   seq_ids_.insert(seq_ids_.end(), res.full.begin(), res.full.end());
+  OfferEnd(*r, seq_ids_, fwd_->state(), fwd_->torn());
   Finish(*r, res);
 }
 
-SequenceState ComputeService::InitSequence(const Request&) {
+SequenceState ComputeService::InitSequence(Request& r) {
   SequenceState s = fwd_->TakeState();
   seq_ids_.clear();
-  s.Reset(cfg_);
+  if (const PrefixSnapshot* hit = StartFromCache(r))
+    s = hit->state;  // copied into this sequence's buffers; the snapshot stays for the next request
+  else
+    s.Reset(cfg_);
   return s;
 }
 
 void ComputeService::Admit(const cp::Generate& g) {
   std::unique_ptr<Request> r = Prepare(g, true);
+  SequenceState state = InitSequence(*r);  // before the hooks and the sequence: it sets r's feed
   GreedyHooks hooks = HooksFor(*r);
-  r->seq = std::make_unique<BatchedSequence>(cfg_.vocab_size, r->p, std::move(hooks), InitSequence(*r));
+  Request& req = *r;
+  OfferCache(req, hooks, [&req]() -> const SequenceState* { return &req.seq->state(); });
+  r->seq = std::make_unique<BatchedSequence>(cfg_.vocab_size, r->p, std::move(hooks), std::move(state));
   active_.push_back(r.get());
   batch_.push_back(std::move(r));
 }
@@ -456,7 +527,9 @@ void ComputeService::BatchStep() {
       continue;
     }
     const GreedyResult res = r.seq->Result();
-    seq_ids_ = res.full;
+    seq_ids_ = r.p.prior;  // a prefix snapshot's ids, if it started from one
+    seq_ids_.insert(seq_ids_.end(), res.full.begin(), res.full.end());
+    OfferEnd(r, seq_ids_, r.seq->state(), r.seq->torn());  // from this sequence's own state
     fwd_->LoadState(std::move(r.seq->state()), r.seq->torn());
     Finish(r, res);
     active_.erase(std::find(active_.begin(), active_.end(), &r));
@@ -502,6 +575,7 @@ void ComputeService::Finish(Request& r, const GreedyResult& res) {
   d.stats.nll_sum = r.scorer.nll_sum;
   d.stats.spec_drafted = static_cast<int32_t>(res.spec_drafted);
   d.stats.spec_accepted = static_cast<int32_t>(res.spec_accepted);
+  d.stats.cached_tokens = static_cast<int32_t>(r.cached);
   ipc::SendMessage(launcher_, ipc::Encode(d));
   const char* how = res.ending == Ending::kStopId        ? "stop id"
                     : res.ending == Ending::kInterrupted ? "interrupted"
@@ -509,10 +583,12 @@ void ComputeService::Finish(Request& r, const GreedyResult& res) {
                                                          : "length";
   std::fprintf(stderr,
                "[compute] stats: %zu tokens generated (ended by %s), prefill %.2f s, %.4f s/token, "
-               "waits trunk %.2f s expert %.2f s, %llu rejected messages\n",
+               "waits trunk %.2f s expert %.2f s, %llu rejected messages; %zu prompt ids from the prefix cache "
+               "(%zu snapshots, %s)\n",
                res.generated.size(), how, res.prefill_seconds, res.seconds_per_token,
                c.trunk_wait_seconds - at_start.trunk_wait_seconds, c.expert_wait_seconds - at_start.expert_wait_seconds,
-               static_cast<unsigned long long>(c.rejects.rejected + ctl_.rejects().rejected));
+               static_cast<unsigned long long>(c.rejects.rejected + ctl_.rejects().rejected), r.cached,
+               prefix_cache_.size(), plan::FormatBytes(prefix_cache_.bytes()).c_str());
 }
 
 }  // namespace

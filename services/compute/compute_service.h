@@ -4,7 +4,8 @@
 // Tokens, control Stats and Done, using the same greedy loop as the standalone mode
 // (generate.h). A Shutdown between requests ends it with exit 0; a stop signal, or a Shutdown
 // during a request (seen within 50 ms at a safe point), ends the request with its Stats and
-// Done, then exit 5 (docs/pipeline.md "k3-compute").
+// Done, then exit 5 (docs/pipeline.md "k3-compute"). A Generate without keep_state starts from
+// the longest cached prefix snapshot (prefix_cache.h; RunStats.cached_tokens says how many ids).
 #pragma once
 #include <string>
 
@@ -23,6 +24,7 @@ struct PipelineOptions {
   int resend_ms = 1000;  // LayerWant / ExpertRequest repeated after this long without an answer
   double slot_wait_seconds = 10;  // PipelineExpertSource's slot_wait (--expert-slot-wait)
   int max_batch = 1;  // --max-batch: new sequences decoded together (docs/pipeline.md "Batched steps")
+  int64_t prefix_cache_bytes = 0;  // bound of the prefix-snapshot cache (--prefix-cache; 0 = off)
 };
 
 // The process: stop signals, control link, service lifecycle; returns the exit code.

@@ -54,6 +54,12 @@ class Forward {
   // The sequence will hold at most `positions` tokens (the context): the MLA caches take
   // their whole size now instead of growing (SequenceState::ReserveContext).
   void ReserveContext(int64_t positions) { state_.ReserveContext(cfg_, positions); }
+  // The same from a state that stays with its owner (a prefix snapshot): copied into the live
+  // buffers, so no second full sequence state exists at any moment (the plan counts one).
+  void CopyState(const SequenceState& s) {
+    state_ = s;
+    torn_ = false;
+  }
 
   // Consumes ids[0..T) after the current state. logits receives [T][vocab] when
   // all_positions, else [vocab] for the last token only; null skips the head.

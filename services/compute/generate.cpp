@@ -26,8 +26,9 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
   // Feeds `ids` in chunks from the current state; leaves the last position's logits.
   auto prefill = [&](const std::vector<int32_t>& ids, bool first_pass) {
     const int64_t n = static_cast<int64_t>(ids.size());
-    for (int64_t s = 0; s < n; s += p.prefill_chunk) {
-      const int64_t T = std::min(p.prefill_chunk, n - s);
+    for (int64_t s = 0, T = 0; s < n; s += T) {
+      T = std::min(p.prefill_chunk, n - s);
+      if (first_pass && p.mark > s && p.mark < s + T) T = p.mark - s;  // this chunk ends at the mark
       if (first_pass && p.all_positions) {
         chunk_logits.resize(static_cast<size_t>(T * V));
         fwd.Run(ids.data() + s, T, true, chunk_logits.data(), p.tracer);
@@ -36,6 +37,7 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
       } else {
         fwd.Run(ids.data() + s, T, false, logits.data(), nullptr);
       }
+      if (first_pass && s + T == p.mark && p.mark < n && hooks.at_mark) hooks.at_mark();
       if (first_pass && hooks.on_prefill_progress) hooks.on_prefill_progress(s + T, n);
       if (first_pass && s + T < n && hooks.cancelled && hooks.cancelled()) throw PromptCancelled{s + T};
     }

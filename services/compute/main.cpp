@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/id_list.h"
+#include "common/plan/memory_plan.h"
 #include "common/process_init.h"
 #include "common/plan/memory_plan.h"
 #include "common/run_main.h"
@@ -99,6 +100,10 @@ int main(int argc, char** argv) {
                  "seconds to wait while every needed expert is refused for lack of a slot and compute "
                  "holds none (another client keeps them) before failing")
       ->check(CLI::Range(0.1, 3600.0));
+  std::string prefix_cache = "0";
+  app.add_option("--prefix-cache", prefix_cache,
+                 "pipeline: bound of the prefix-snapshot cache, a size like 512M (a new sequence starts from the "
+                 "longest cached prefix of its prompt; the same ids); 0 = off (default; k3-launch passes its plan's)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
@@ -115,8 +120,10 @@ int main(int argc, char** argv) {
       pipe.expert_inputs = opt.expert_inputs;
       pipe.probe_membw = opt.probe_membw;
       pipe.prefetch_hints = opt.prefetch_hints;
+      pipe.prefix_cache_bytes = k3::plan::ParsePrefixCache(prefix_cache, "--prefix-cache", false);
       return k3::compute::RunComputeService(pipe);
     }
+    if (app.get_option("--prefix-cache")->count() > 0) throw k3::UsageError("--prefix-cache needs --pipeline");
     if (opt.model_dir.empty())
       throw k3::UsageError("only --standalone MODEL_DIR is implemented so far");
     if (ids_text.empty()) throw k3::UsageError("--ids is required");

@@ -171,7 +171,10 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(u["prompt_tokens"], len(ref["prompt_ids"]))
         self.assertEqual(u["completion_tokens"], len(ref["generated_ids"]))
         self.assertEqual(u["total_tokens"], u["prompt_tokens"] + u["completion_tokens"])
-        self.assertEqual(u["prompt_tokens_details"]["cached_tokens"], 0)
+        # The same prompt may have run before (the prefix cache is on in serve mode): at most all but
+        # its last id come from a snapshot, with the same tokens.
+        self.assertGreaterEqual(u["prompt_tokens_details"]["cached_tokens"], 0)
+        self.assertLess(u["prompt_tokens_details"]["cached_tokens"], u["prompt_tokens"])
 
     def test_seeded_sampling_matches_launch(self):
         ref = launch_reference(self.tmp, PROMPT, 20, ["--temperature", "0.9", "--top-p", "0.95", "--top-k", "40",
@@ -330,6 +333,46 @@ class ServerTest(unittest.TestCase):
             time.sleep(0.2)
         m = metrics(self.srv.base)
         self.assertAlmostEqual(m["k3_expert_hit_rate"], m["k3_expert_hits_total"] / m["k3_expert_requests_total"], places=6)
+
+    def test_prefix_cache_next_chat_turn(self):
+        # A conversation's second request sends the first back with one more message: it starts
+        # from a snapshot of the first (cached_tokens > 0) and gets the tokens of a server whose
+        # prefix cache is off, where every prompt is prefilled from nothing.
+        first = [{"role": "system", "content": "You are a terse storyteller."},
+                 {"role": "user", "content": "Tell me about a dragon."}]
+        params = dict(model=NAME, max_tokens=24, return_token_ids=True)
+
+        def conversation(srv):
+            a = srv.client("create", params=dict(params, messages=first))["response"]
+            msg = a["choices"][0]["message"]
+            second = first + [{"role": "assistant", "content": msg["content"]},
+                              {"role": "user", "content": "And then what happened?"}]
+            b = srv.client("create", params=dict(params, messages=second, temperature=0.8, seed=11))["response"]
+            return a, b
+
+        a, b = conversation(self.srv)
+        self.assertIn("prefix cache: ", self.srv.stderr())
+        self.assertNotIn("prefix cache: off", self.srv.stderr())
+        off = Server(self.tmp, ["--prefix-cache", "0"])
+        try:
+            ref_a, ref_b = conversation(off)
+            self.assertIn("prefix cache: off", off.stderr())
+        finally:
+            off.stop()
+        cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+        print("prefix cache: the second turn started after %d of its %d prompt ids" % (cached, b["usage"]["prompt_tokens"]),
+              file=sys.stderr)
+        self.assertGreater(cached, 0)
+        self.assertLess(cached, b["usage"]["prompt_tokens"])
+        # The snapshot is of the first request: its prompt, then its answer.
+        self.assertEqual(b["prompt_token_ids"][:cached], (a["prompt_token_ids"] + a["choices"][0]["token_ids"])[:cached])
+        self.assertEqual(ref_b["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        self.assertEqual(ref_a["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        for got, want in ((a, ref_a), (b, ref_b)):
+            self.assertEqual(got["prompt_token_ids"], want["prompt_token_ids"])
+            self.assertEqual(got["choices"][0]["token_ids"], want["choices"][0]["token_ids"])
+            self.assertEqual(got["choices"][0]["message"], want["choices"][0]["message"])
+        self.assertGreater(len(b["choices"][0]["token_ids"]), 0)
 
     def test_kill_weight_services_keeps_tokens(self):
         params = dict(model=NAME, prompt="The king", max_tokens=150, ignore_eos=True, return_token_ids=True)

@@ -136,6 +136,15 @@ TEST(CommandLines, OptionalFlags) {
   EXPECT_FALSE(Has(Find(ServiceCommandLines(o, Layout(), Plan(), Endpoints(), ""), "compute").argv, "--max-batch"));
 }
 
+// The plan's prefix-cache region is compute's --prefix-cache bound, in bytes; off: no flag.
+TEST(CommandLines, PrefixCacheBoundFromThePlan) {
+  plan::MemoryPlan p = Plan();
+  EXPECT_FALSE(Has(Find(ServiceCommandLines(Options(), Layout(), p, Endpoints(), ""), "compute").argv, "--prefix-cache"));
+  p.prefix_cache = 123456789;
+  EXPECT_EQ(After(Find(ServiceCommandLines(Options(), Layout(), p, Endpoints(), ""), "compute").argv, "--prefix-cache"),
+            "123456789");
+}
+
 TEST(CommandLines, WarmWhenEveryExpertHasASlotAndHintsWhenAllPinned) {
   plan::MemoryPlan p = Plan();
   p.expert_slots = 24;

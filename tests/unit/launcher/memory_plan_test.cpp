@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <numeric>
+#include <optional>
 
 #include "common/error.h"
 #include "common/safetensors.h"
@@ -440,6 +441,120 @@ TEST(MemoryPlan, BadInputsAreUsageErrors) {
   EXPECT_THROW(PlanFloor(Synthetic(), o), Error);
 }
 
+// The synthetic model's prefix snapshot of n positions, written out: 6 KDA layers of 4 heads x
+// 32 x 32 state + 3 conv windows of 3 x 128, 2 MLA layers of 64 + 16 floats per position, and
+// one int32 id per position.
+int64_t SyntheticSnapshot(int64_t n) { return 4 * (6 * (4 * 32 * 32 + 3 * 3 * 128) + n * (2 * (64 + 16) + 1)); }
+
+std::optional<Region> FindRegion(const MemoryPlan& p, const std::string& name) {
+  for (const Region& r : p.regions())
+    if (r.region == name) return r;
+  return std::nullopt;
+}
+
+TEST(MemoryPlan, PrefixCacheAutoTakesAQuarterOfTheHeadroomUpToTwoFullContextSnapshots) {
+  const PlanModel m = Synthetic();
+  PlanOptions off = SmallOptions();
+  PlanOptions autos = off;
+  autos.prefix_cache = kPrefixCacheAuto;
+  EXPECT_EQ(PrefixSnapshotBytes(m.cfg, 4096), SyntheticSnapshot(4096));
+  const int64_t floor = PlanFloor(m, off);
+  EXPECT_EQ(PlanFloor(m, autos), floor);  // auto never raises the floor
+  const MemoryPlan at_floor = MakePlan(m, floor, autos);
+  EXPECT_EQ(at_floor.prefix_cache, 0);
+  EXPECT_EQ(at_floor.expert_slots, MakePlan(m, floor, off).expert_slots);
+  for (int64_t headroom : {8 * kMiB, 13 * kMiB + 5, 100 * kMiB, 600 * kMiB}) {
+    const MemoryPlan p = MakePlan(m, floor + headroom, autos);
+    CheckInvariants(m, p);
+    EXPECT_EQ(p.prefix_cache, std::min(headroom / 4, 2 * SyntheticSnapshot(4096))) << headroom;
+    const std::optional<Region> r = FindRegion(p, "prefix-cache");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->process, "compute");
+    EXPECT_EQ(r->bytes, p.prefix_cache);
+    EXPECT_NE(r->note.find("auto"), std::string::npos) << r->note;
+    // What the cache takes, the expert slots lose; nothing else changes.
+    const MemoryPlan o = MakePlan(m, floor + headroom, off);
+    EXPECT_LE(p.expert_slots, o.expert_slots);
+    EXPECT_EQ(p.kda_state, o.kda_state);
+    EXPECT_FALSE(FindRegion(o, "prefix-cache"));  // off: no region
+  }
+}
+
+TEST(MemoryPlan, AnExplicitPrefixCacheIsPartOfTheFloor) {
+  const PlanModel m = Synthetic();
+  PlanOptions o = SmallOptions();
+  const int64_t floor = PlanFloor(m, o);
+  o.prefix_cache = 100 * kMiB;
+  EXPECT_EQ(PlanFloor(m, o), floor + 100 * kMiB);
+  const MemoryPlan p = MakePlan(m, floor + 100 * kMiB, o);
+  CheckInvariants(m, p);
+  EXPECT_EQ(p.prefix_cache, 100 * kMiB);
+  ASSERT_TRUE(FindRegion(p, "prefix-cache"));
+  EXPECT_EQ(FindRegion(p, "prefix-cache")->bytes, 100 * kMiB);
+  EXPECT_NE(p.Table().find("prefix-cache"), std::string::npos);
+  try {
+    MakePlan(m, floor + 100 * kMiB - 1, o);
+    FAIL() << "a budget without room for the cache accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), kExitBudget);
+  }
+  o.prefix_cache = -2;
+  EXPECT_THROW(PlanFloor(m, o), Error);
+}
+
+// Batching and prefix reuse together (serve mode): the batch-state region (a state per sequence
+// beyond the first, where a hit is copied) and the prefix-cache region (the snapshots) are both
+// in the plan, each its own size, and the floor counts both.
+TEST(MemoryPlan, BatchStateAndPrefixCacheAreBothCounted) {
+  const PlanModel m = Synthetic();
+  PlanOptions o = SmallOptions();
+  const int64_t base = PlanFloor(m, o);
+  PlanOptions batch = o;
+  batch.max_batch = 4;
+  const int64_t batch_extra = PlanFloor(m, batch) - base;
+  ASSERT_GT(batch_extra, 0);
+  PlanOptions both = batch;
+  both.prefix_cache = 100 * kMiB;
+  EXPECT_EQ(PlanFloor(m, both), base + batch_extra + 100 * kMiB);
+  const MemoryPlan p = MakePlan(m, PlanFloor(m, both) + 200 * kMiB, both);
+  CheckInvariants(m, p);
+  ASSERT_TRUE(FindRegion(p, "batch-state"));
+  ASSERT_TRUE(FindRegion(p, "prefix-cache"));
+  EXPECT_EQ(FindRegion(p, "batch-state")->bytes, batch_extra);
+  EXPECT_EQ(FindRegion(p, "prefix-cache")->bytes, 100 * kMiB);
+  // auto above a batched floor: a quarter of what lies above it, up to two full-context snapshots.
+  both.prefix_cache = kPrefixCacheAuto;
+  const int64_t floor = PlanFloor(m, both);
+  EXPECT_EQ(floor, base + batch_extra);
+  const MemoryPlan a = MakePlan(m, floor + 8 * kMiB, both);
+  CheckInvariants(m, a);
+  EXPECT_EQ(a.prefix_cache, std::min<int64_t>(2 * kMiB, 2 * PrefixSnapshotBytes(m.cfg, both.context)));
+  EXPECT_EQ(a.batch_state, batch_extra);
+}
+
+TEST(ParsePrefixCache, SizesOffAndAuto) {
+  EXPECT_EQ(ParsePrefixCache("512M", "prefix_cache", true), 512 * kMiB);
+  EXPECT_EQ(ParsePrefixCache("2G", "prefix_cache", false), 2 * kGiB);
+  EXPECT_EQ(ParsePrefixCache("0", "prefix_cache", true), 0);
+  EXPECT_EQ(ParsePrefixCache("off", "prefix_cache", true), 0);
+  EXPECT_EQ(ParsePrefixCache("auto", "prefix_cache", true), kPrefixCacheAuto);
+  for (const char* bad : {"", "x", "-1", "12Q", "auto2"}) {
+    try {
+      ParsePrefixCache(bad, "--prefix-cache", true);
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), kExitUsage);
+      EXPECT_NE(std::string(e.what()).find("--prefix-cache"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    ParsePrefixCache("auto", "--prefix-cache", false);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), kExitUsage);
+  }
+}
+
 TEST(ParseBudget, UnitsAndErrors) {
   EXPECT_EQ(ParseBudget("8G"), 8 * kGiB);
   EXPECT_EQ(ParseBudget("32g"), 32 * kGiB);
@@ -527,6 +642,15 @@ TEST_F(RealRelease, PlansAt2G4G8G32G128G) {
       EXPECT_GT(p.expert_slots, 100);
     }
   }
+  // prefix_cache = auto at 32G: two full-context snapshots, the floor unchanged.
+  PlanOptions autos;
+  autos.prefix_cache = kPrefixCacheAuto;
+  EXPECT_EQ(PlanFloor(m, autos), floor);
+  const MemoryPlan served = MakePlan(m, 32 * kGiB, autos);
+  std::cout << "---- budget 32G, prefix_cache auto (one full-context snapshot "
+            << FormatBytes(PrefixSnapshotBytes(m.cfg, o.context)) << ")\n" << served.Table();
+  CheckInvariants(m, served);
+  EXPECT_EQ(served.prefix_cache, 2 * PrefixSnapshotBytes(m.cfg, o.context));
   // A 1M-token context needs a bigger floor (the MLA cache grows with it).
   PlanOptions longctx;
   longctx.context = 1 << 20;

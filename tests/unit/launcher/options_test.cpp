@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/plan/memory_plan.h"
 
 namespace k3::launch {
 namespace {
@@ -125,6 +126,31 @@ TEST(Toml, ManifestAndNoVerify) {
     EXPECT_EQ(code, kExitUsage) << bad;
     EXPECT_NE(msg.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos) << msg;
   }
+}
+
+// prefix_cache (docs/formats.md): a size string or bytes, 0/off, or auto (the default); auto is
+// off for a one-request run and the plan's auto when several requests reach compute.
+TEST(Toml, PrefixCache) {
+  LaunchOptions o;
+  EXPECT_EQ(o.prefix_cache, "auto");
+  EXPECT_EQ(PrefixCacheFor(o, false), 0);
+  EXPECT_EQ(PrefixCacheFor(o, true), plan::kPrefixCacheAuto);
+  ASSERT_EQ(Toml("prefix_cache = \"512M\"\n", o).first, 0);
+  EXPECT_EQ(PrefixCacheFor(o, false), int64_t{512} << 20);
+  EXPECT_EQ(PrefixCacheFor(o, true), int64_t{512} << 20);
+  ASSERT_EQ(Toml("prefix_cache = 65536\n", o).first, 0);
+  EXPECT_EQ(PrefixCacheFor(o, false), 65536);
+  ASSERT_EQ(Toml("prefix_cache = \"off\"\n", o).first, 0);
+  EXPECT_EQ(PrefixCacheFor(o, true), 0);
+  EXPECT_EQ(Toml("prefix_cache = true\n", o).first, kExitUsage);
+  LaunchOptions bad;
+  bad.budget = "1G";
+  bad.model = "/m";
+  EXPECT_EQ(Outcome([&] { CheckOptions(bad); }).first, 0);
+  ASSERT_EQ(Toml("prefix_cache = \"12Q\"\n", bad).first, 0);  // the value is checked with the flags
+  const auto [code, msg] = Outcome([&] { CheckOptions(bad); });
+  EXPECT_EQ(code, kExitUsage);
+  EXPECT_NE(msg.find("prefix_cache"), std::string::npos) << msg;
 }
 
 TEST(Toml, SyntaxErrorNamesTheLine) {

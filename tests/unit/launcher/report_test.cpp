@@ -117,6 +117,26 @@ TEST(Report, SummaryLines) {
                           [](const std::string& l) { return l.find("next-layer expert hints") != std::string::npos; }));
 }
 
+// Prefix reuse: compute's cached_tokens and the plan's prefix-cache region; the summary says
+// them only when the cache is on or something came from it.
+TEST(Report, CachedTokensAndThePrefixCache) {
+  nlohmann::json r = BuildReport(Recorded(), Plan(), ArenaSizes{});
+  EXPECT_EQ(r["cached_tokens"], 0);
+  EXPECT_EQ(r["prefix_cache_bytes"], 0);
+  for (const std::string& l : SummaryLines(r, 1 << 30)) EXPECT_EQ(l.find("prefix cache"), std::string::npos) << l;
+  RunRecord rec = Recorded();
+  rec.done->cached_tokens = 2;
+  plan::MemoryPlan p = Plan();
+  p.prefix_cache = 64ll << 20;
+  r = BuildReport(rec, p, ArenaSizes{});
+  EXPECT_EQ(r["cached_tokens"], 2);
+  EXPECT_EQ(r["prefix_cache_bytes"], 64ll << 20);
+  const auto lines = SummaryLines(r, 1 << 30);
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l == "[launch] prefix cache 64.0 MiB: 2 prompt ids from a cached snapshot (not prefilled)";
+  }));
+}
+
 TEST(Report, StopTextMakesFinishReasonStop) {
   RunRecord rec = Recorded();
   rec.finish_reason = ipc::compute::StopReason::kCancelled;

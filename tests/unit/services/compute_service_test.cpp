@@ -51,6 +51,7 @@ class ComputeServiceTest : public ::testing::Test {
     experts_ = ipc::ShmArena::Create(launcher_.ArenaName("experts"), ipc::SlotTable::BytesNeeded(slots, expert_slot));
     ipc::SlotTable::Format(experts_, slots, expert_slot);
     compute_ep_.set(zmq::sockopt::linger, 0);
+    compute_ep_.set(zmq::sockopt::router_handover, 1);  // a restarted compute takes its identity over
     compute_ep_.bind(launcher_.Endpoint("compute"));
 
     reader_ = Child({K3_TRUNK_READER, "--model", model_, "--control", launcher_.Endpoint("control"), "--bind",
@@ -62,14 +63,26 @@ class ComputeServiceTest : public ::testing::Test {
                       launcher_.Endpoint("experts"), "--arena", experts_.name(), "--io", "pread"},
                      launcher_.StderrPath("expert-fetcher"));
     ASSERT_TRUE(launcher_.WaitReady("expert-fetcher")) << launcher_.ReadStderr("expert-fetcher");
+    StartCompute({});
+  }
+  // Compute with the common flags, ComputeFlags() and `extra`.
+  void StartCompute(const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {K3_COMPUTE, "--pipeline", "--model", model_, "--control",
                                      launcher_.Endpoint("control"), "--endpoint", launcher_.Endpoint("compute"), "--trunk",
                                      launcher_.Endpoint("trunk"), "--experts", launcher_.Endpoint("experts"),
                                      "--pinned-arena", pinned_.name(), "--ring-arena", ring_.name(), "--experts-arena",
                                      experts_.name(), "--threads", "1"};
     for (const std::string& f : ComputeFlags()) argv.push_back(f);
+    argv.insert(argv.end(), extra.begin(), extra.end());
     compute_ = Child(argv, launcher_.StderrPath("compute"));
     ASSERT_TRUE(launcher_.WaitReady("compute")) << launcher_.ReadStderr("compute");
+  }
+  // A Shutdown between requests (exit 0), then a new compute with `extra` flags on the same
+  // trunk reader and fetcher.
+  void RestartCompute(const std::vector<std::string>& extra) {
+    launcher_.Shutdown("compute");
+    ASSERT_EQ(compute_.Wait(10s), 0) << launcher_.ReadStderr("compute");
+    StartCompute(extra);
   }
   void TearDown() override {
     compute_.Kill9();
@@ -525,6 +538,223 @@ TEST_P(BatchedComputeTest, ConcurrentRequestsGetExactlyTheirSoloIds) {
 
 INSTANTIATE_TEST_SUITE_P(Budgets, BatchedComputeTest, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? std::string("Resident") : std::string("Streaming"); });
+
+// Prefix reuse (issue 14, docs/pipeline.md "Prefix cache"): with --prefix-cache a new sequence
+// whose prompt starts with the ids of a cached snapshot starts from it (Done's cached_tokens:
+// the ids not prefilled) and gets exactly the ids and first-token logits of a compute without
+// the cache that prefilled everything: the same prompt again, the prompt extended, a seeded
+// sampled request, and the next turn of a chat (prompt + answer + new message). A bound smaller
+// than one snapshot keeps nothing: cached_tokens 0, the same ids.
+TEST_F(ComputeServiceTest, PrefixCacheStartsFromSnapshotsWithTheSameIdsAndLogits) {
+  const fs::path dir = fs::path(K3_SVC_SCRATCH) / ("prefix-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string logits = (dir / "first.f32").string();
+  struct Out {
+    std::vector<int32_t> ids;
+    std::string logits;  // float32 logits that chose the first token (--dump-logits)
+    int32_t cached = -1;
+  };
+  constexpr int32_t kGen = 6;
+  auto run = [&](uint64_t id, const std::vector<int32_t>& prompt, bool sampled) {
+    cp::Generate g;
+    g.request_id = id;
+    g.ids = prompt;
+    g.gen = kGen;
+    g.prefill_chunk = 4;  // several chunks: the snapshot mark splits one of them
+    if (sampled) {
+      g.sampling.temperature = 0.9f;
+      g.sampling.seed = 77;
+    }
+    Send(g);
+    Out o;
+    auto d = Collect(o.ids);
+    EXPECT_TRUE(d) << launcher_.ReadStderr("compute");
+    if (!d) return o;
+    EXPECT_EQ(d->request_id, id);
+    EXPECT_EQ(d->stats.prompt_tokens, static_cast<int32_t>(prompt.size()));
+    EXPECT_EQ(d->stats.position, static_cast<int32_t>(prompt.size()) + kGen);
+    o.cached = d->stats.cached_tokens;
+    std::ifstream f(logits, std::ios::binary);
+    o.logits.assign(std::istreambuf_iterator<char>(f), {});
+    EXPECT_EQ(o.logits.size(), static_cast<size_t>(cfg_.vocab_size) * 4);
+    return o;
+  };
+  const std::vector<int32_t> P = {1, 5, 9, 200, 77, 3, 18, 42, 64, 2, 150};
+  const std::vector<int32_t> Q = {11, 300, 7, 99, 4};
+  std::vector<int32_t> PQ = P;
+  PQ.insert(PQ.end(), Q.begin(), Q.end());
+
+  // The reference: no cache, every prompt prefilled from nothing.
+  RestartCompute({"--dump-logits", logits});
+  const Out ref_p = run(1, P, false), ref_pq = run(2, PQ, false), ref_pq_sampled = run(3, PQ, true);
+  std::vector<int32_t> turn2 = P;  // a chat's next turn: the answer, then the new message
+  turn2.insert(turn2.end(), ref_p.ids.begin(), ref_p.ids.end());
+  turn2.insert(turn2.end(), {8, 130, 61});
+  const Out ref_turn2 = run(4, turn2, false);
+  for (const Out* o : {&ref_p, &ref_pq, &ref_pq_sampled, &ref_turn2}) EXPECT_EQ(o->cached, 0);
+  ASSERT_EQ(ref_p.ids.size(), static_cast<size_t>(kGen));
+
+  RestartCompute({"--dump-logits", logits, "--prefix-cache", "64M"});
+  auto same = [](const Out& got, const Out& want, int32_t cached, const char* what) {
+    EXPECT_EQ(got.cached, cached) << what;
+    EXPECT_EQ(got.ids, want.ids) << what;
+    EXPECT_TRUE(got.logits == want.logits) << what << ": first-token logits differ";
+  };
+  same(run(11, P, false), ref_p, 0, "first request");  // nothing cached yet
+  // P minus its last id was kept after A's prefill: B feeds Q and P's last id only.
+  same(run(12, PQ, false), ref_pq, static_cast<int32_t>(P.size()) - 1, "P + Q");
+  same(run(13, P, false), ref_p, static_cast<int32_t>(P.size()) - 1, "P again");
+  same(run(14, PQ, true), ref_pq_sampled, static_cast<int32_t>(PQ.size()) - 1, "P + Q sampled");
+  // The end of request 11 (P and all its answer but the last id, which was never fed).
+  same(run(15, turn2, false), ref_turn2, static_cast<int32_t>(P.size()) + kGen - 1, "next chat turn");
+  // keep_state continues the kept sequence as before: not from the cache, nothing cached.
+  {
+    cp::Generate g;
+    g.request_id = 16;
+    g.ids = {5, 6};
+    g.gen = 2;
+    g.keep_state = true;
+    Send(g);
+    std::vector<int32_t> ids;
+    auto d = Collect(ids);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->stats.cached_tokens, 0);
+    EXPECT_EQ(d->stats.position, static_cast<int32_t>(turn2.size()) + kGen + 2 + 2);
+  }
+
+  // 32 KiB holds no snapshot of this model (its KDA state alone is 56 KiB): nothing is reused.
+  RestartCompute({"--dump-logits", logits, "--prefix-cache", "32K"});
+  same(run(21, P, false), ref_p, 0, "tiny cache, P");
+  same(run(22, PQ, false), ref_pq, 0, "tiny cache, P + Q");
+  same(run(23, P, false), ref_p, 0, "tiny cache, P again");
+  launcher_.Shutdown("compute");
+  EXPECT_EQ(compute_.Wait(10s), 0) << launcher_.ReadStderr("compute");
+  fs::remove_all(dir);
+}
+
+// Prefix reuse in the batched scheduler (--max-batch 3): A and B share a prompt prefix and run
+// in one batch; C (A's prompt extended) arrives while A and B decode and starts from A's
+// prompt-minus-last snapshot, taken from A's own state in the batch; D (A's chat turn: A's
+// prompt, A's answer, a new message) arrives once A ended, while B still decodes, and starts
+// from A's end-of-request snapshot. Every request gets exactly the ids of a solo fresh run on a
+// compute without the cache; cached_tokens say which snapshot each started from.
+class BatchedPrefixTest : public ComputeServiceTest {
+ protected:
+  std::vector<std::string> ComputeFlags() const override { return {"--max-batch", "3"}; }
+};
+
+TEST_F(BatchedPrefixTest, SnapshotsFromBatchedSequencesGiveTheSoloIds) {
+  const std::vector<int32_t> P = {1, 5, 9, 200, 77, 3, 18, 42, 64};
+  auto make = [](uint64_t id, std::vector<int32_t> ids, int32_t gen) {
+    cp::Generate g;
+    g.request_id = id;
+    g.ids = std::move(ids);
+    g.gen = gen;
+    g.prefill_chunk = 4;  // several chunks: the snapshot mark splits one
+    return g;
+  };
+  std::vector<int32_t> a_ids = P, b_ids = P;
+  a_ids.insert(a_ids.end(), {11, 300, 7});  // B shares P only (A minus its last id is not B's prefix)
+  b_ids.insert(b_ids.end(), {99, 4, 150});
+  cp::Generate A = make(1, a_ids, 8), B = make(2, b_ids, 120);
+  B.sampling.temperature = 0.9f;
+  B.sampling.seed = 4321;
+  std::vector<int32_t> c_ids = a_ids;
+  c_ids.insert(c_ids.end(), {2, 61, 130, 8, 17});
+  cp::Generate C = make(3, c_ids, 10);
+  C.sampling.temperature = 1.1f;
+  C.sampling.seed = 77;
+  C.sampling.frequency_penalty = 0.5f;
+
+  // Solo fresh runs (no cache: every prompt prefilled from nothing), one at a time.
+  auto solo = [&](cp::Generate g) {
+    Send(g);
+    std::vector<int32_t> ids;
+    auto d = Collect(ids);
+    EXPECT_TRUE(d) << launcher_.ReadStderr("compute");
+    EXPECT_TRUE(d && d->stats.cached_tokens == 0);
+    return ids;
+  };
+  const std::vector<int32_t> ref_a = solo(A), ref_b = solo(B), ref_c = solo(C);
+  ASSERT_EQ(ref_a.size(), 8u);
+  ASSERT_EQ(ref_b.size(), 120u);
+  ASSERT_NE(ref_a[0], c_ids[a_ids.size()]);  // C does not extend A's end snapshot
+  std::vector<int32_t> d_ids = a_ids;  // A's next chat turn
+  d_ids.insert(d_ids.end(), ref_a.begin(), ref_a.end());
+  d_ids.insert(d_ids.end(), {8, 130, 61});
+  cp::Generate D = make(4, d_ids, 6);
+  D.sampling.temperature = 0.8f;
+  D.sampling.seed = 5;
+  const std::vector<int32_t> ref_d = solo(D);
+
+  RestartCompute({"--prefix-cache", "64M"});
+  steps_.clear();
+  Send(A);
+  Send(B);
+  std::map<uint64_t, std::vector<int32_t>> got;
+  std::map<uint64_t, cp::Done> done;
+  std::vector<cp::Step> steps;
+  bool c_sent = false, d_sent = false;
+  while (done.size() < 4) {
+    auto m = Next();
+    ASSERT_TRUE(m) << launcher_.ReadStderr("compute");
+    if (const auto* t = std::get_if<cp::Token>(&*m)) {
+      got[t->request_id].push_back(t->id);
+      // A's first token: its prefill (and the mark before it) is done; A and B decode.
+      if (t->request_id == 1 && !c_sent) {
+        Send(C);
+        c_sent = true;
+      }
+    } else if (const auto* st = std::get_if<cp::Step>(&*m)) {
+      steps.push_back(*st);
+    } else if (const auto* d = std::get_if<cp::Done>(&*m)) {
+      done[d->request_id] = *d;
+      if (d->request_id == 1 && !d_sent) {
+        Send(D);
+        d_sent = true;
+      }
+    }
+  }
+  EXPECT_EQ(got[1], ref_a);
+  EXPECT_EQ(got[2], ref_b);
+  EXPECT_EQ(got[3], ref_c);
+  EXPECT_EQ(got[4], ref_d);
+  EXPECT_EQ(done[1].stats.cached_tokens, 0);
+  EXPECT_EQ(done[2].stats.cached_tokens, 0);
+  EXPECT_EQ(done[3].stats.cached_tokens, static_cast<int32_t>(a_ids.size()) - 1);  // A's prompt minus its last id
+  EXPECT_EQ(done[4].stats.cached_tokens, static_cast<int32_t>(a_ids.size() + ref_a.size()) - 1);  // A's end
+  for (uint64_t id : {1u, 2u, 3u, 4u}) {
+    const cp::Generate& g = id == 1 ? A : id == 2 ? B : id == 3 ? C : D;
+    EXPECT_EQ(done[id].reason, cp::StopReason::kLength) << id;
+    EXPECT_EQ(done[id].stats.prompt_tokens, static_cast<int32_t>(g.ids.size())) << id;
+    EXPECT_EQ(done[id].stats.position, static_cast<int32_t>(g.ids.size()) + g.gen) << id;
+  }
+  // A and B shared passes; C and D each prefilled in a pass beside another sequence's decode row.
+  auto first_pass_of = [&](uint64_t id) -> const cp::Step* {
+    for (const cp::Step& st : steps)
+      if (std::count(st.request_ids.begin(), st.request_ids.end(), id)) return &st;
+    return nullptr;
+  };
+  bool ab_together = false;
+  for (const cp::Step& st : steps)
+    ab_together = ab_together || (std::count(st.request_ids.begin(), st.request_ids.end(), 1u) &&
+                                  std::count(st.request_ids.begin(), st.request_ids.end(), 2u));
+  EXPECT_TRUE(ab_together);
+  for (uint64_t id : {3u, 4u}) {
+    const cp::Step* st = first_pass_of(id);
+    ASSERT_TRUE(st) << id;
+    EXPECT_GE(st->request_ids.size(), 2u) << id;
+    EXPECT_GT(st->prefill_rows, 0) << id;
+    EXPECT_GT(st->rows, st->prefill_rows) << id;  // another sequence's decode row
+  }
+  // Only the ids after the snapshots were prefilled: all of A and B, C and D past their cached ids.
+  int64_t prefill_rows = 0;
+  for (const cp::Step& st : steps) prefill_rows += st.prefill_rows;
+  EXPECT_EQ(prefill_rows, static_cast<int64_t>(a_ids.size() + b_ids.size() + c_ids.size() + d_ids.size()) -
+                              done[3].stats.cached_tokens - done[4].stats.cached_tokens);
+  launcher_.Shutdown("compute");
+  EXPECT_EQ(compute_.Wait(10s), 0) << launcher_.ReadStderr("compute");
+}
 
 }  // namespace
 }  // namespace k3::test
