@@ -266,7 +266,8 @@ int64_t Rows(const BatchSeq& s, size_t k) { return s.all_positions ? s.chunks[k]
 
 bool StatesEqual(const SequenceState& a, const SequenceState& b) {
   auto eq = [](const std::vector<float>& x, const std::vector<float>& y) {
-    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+    // an empty vector's data() may be null, which memcmp must not see (UBSan)
+    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
   };
   if (a.position != b.position) return false;
   for (size_t l = 0; l < a.kda.size(); ++l)
