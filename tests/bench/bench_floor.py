@@ -27,8 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_pipeline as bp  # noqa: E402  (checkpoint, cache dropping, raw disk, per-run summary)
-
-CGROOT = "/sys/fs/cgroup/memory"
+import cgroup_cap  # noqa: E402  (the hard memory cap per point)
 
 
 def size(text):
@@ -41,29 +40,12 @@ def size(text):
 def run_capped(cmd, cap, timeout):
     """cmd in a fresh cgroup limited to `cap` bytes (only it and its children join).
     Returns (returncode, stdout, stderr, max usage, OOM kills)."""
-    cg = os.path.join(CGROOT, "k3-bench-floor-%d-%d" % (os.getpid(), int(time.time() * 1000)))
-    os.mkdir(cg)
+    cg = cgroup_cap.create("k3-bench-floor-%d-%d" % (os.getpid(), int(time.time() * 1000)), cap)
     try:
-        with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
-            f.write(str(cap))
-        p = subprocess.run(["sh", "-c", 'echo $$ > "$0"/cgroup.procs && exec "$@"', cg] + cmd,
-                           capture_output=True, text=True, timeout=timeout)
-        with open(os.path.join(cg, "memory.max_usage_in_bytes")) as f:
-            usage = int(f.read())
-        oom = 0
-        with open(os.path.join(cg, "memory.oom_control")) as f:
-            for line in f:
-                if line.startswith("oom_kill "):
-                    oom = int(line.split()[1])
-        return p.returncode, p.stdout, p.stderr, usage, oom
+        p = subprocess.run(cgroup_cap.wrap(cg, cmd), capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout, p.stderr, cgroup_cap.max_usage(cg), cgroup_cap.oom_kills(cg)
     finally:
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                os.rmdir(cg)
-                break
-            except OSError:
-                time.sleep(0.05)
+        cgroup_cap.remove(cg)
 
 
 def plan_line(text, key):

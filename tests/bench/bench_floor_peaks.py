@@ -33,11 +33,13 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cgroup_cap  # noqa: E402  (the hard memory cap, --cap)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 GENERATOR = os.path.join(ROOT, "tests", "generator", "make_checkpoint.py")
 PY = "/usr/bin/python3"
-CGROOT = "/sys/fs/cgroup/memory"
 MIB = 1 << 20
 
 
@@ -161,11 +163,8 @@ def main():
         cmd = [launch, toml, "--budget", str(budget), "--ids", a.ids, "--gen", str(a.gen), "--out", report]
         cg = None
         if a.cap:
-            cg = os.path.join(CGROOT, "k3-floor-peaks-%d" % os.getpid())
-            os.mkdir(cg)
-            with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
-                f.write(str(budget))
-            cmd = ["sh", "-c", 'echo $$ > "$0"/cgroup.procs && exec "$@"', cg] + cmd
+            cg = cgroup_cap.create("k3-floor-peaks-%d" % os.getpid(), budget)
+            cmd = cgroup_cap.wrap(cg, cmd)
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         peaks = {}
         while p.poll() is None:
@@ -182,15 +181,8 @@ def main():
         out, err = p.communicate()
         usage = None
         if cg:
-            with open(os.path.join(cg, "memory.max_usage_in_bytes")) as f:
-                usage = int(f.read())
-            deadline = time.time() + 10
-            while time.time() < deadline:
-                try:
-                    os.rmdir(cg)
-                    break
-                except OSError:
-                    time.sleep(0.05)
+            usage = cgroup_cap.max_usage(cg)
+            cgroup_cap.remove(cg)
         if p.returncode != 0:
             sys.stderr.write(err[-3000:])
             sys.exit("k3-launch failed with exit %d" % p.returncode)
