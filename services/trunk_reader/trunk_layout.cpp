@@ -92,13 +92,4 @@ std::vector<PinnedEntry> PlanPinned(const TrunkLayout& layout, const std::vector
   return out;
 }
 
-uint64_t MaxStreamedRun(const TrunkLayout& layout, const std::vector<int>& pinned) {
-  uint64_t best = 0;
-  for (int l = 0; l < layout.num_layers; ++l) {
-    if (std::binary_search(pinned.begin(), pinned.end(), l)) continue;
-    best = std::max(best, layout.runs[static_cast<size_t>(l)].wlength());
-  }
-  return best;
-}
-
 }  // namespace k3::svc

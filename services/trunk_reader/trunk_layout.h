@@ -77,7 +77,5 @@ struct PinnedEntry {
 // offsets. `total` receives the bytes the arena must have.
 std::vector<PinnedEntry> PlanPinned(const TrunkLayout& layout, const std::vector<int>& pinned, uint64_t* total);
 
-// Largest widened run among the streamed (not pinned, not globals) layers: the ring slot size.
-uint64_t MaxStreamedRun(const TrunkLayout& layout, const std::vector<int>& pinned);
 
 }  // namespace k3::svc

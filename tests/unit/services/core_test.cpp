@@ -46,7 +46,6 @@ TEST(PinnedPlan, PacksAlignedWithGlobalsLast) {
   EXPECT_EQ(p[2].layer, 3);                      // globals
   EXPECT_EQ(p[2].arena_offset, 8192u + 20480 - 8192);
   EXPECT_EQ(total, p[2].arena_offset + 4096);  // window [16384, 20480) covers 20000..20100
-  EXPECT_EQ(MaxStreamedRun(l, {0, 2}), 12288u - 4096);
 }
 
 // docs/trunk-pieces.md §9 step 1: the pieces of every layer, cut from the shard headers, read
