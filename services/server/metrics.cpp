@@ -48,6 +48,7 @@ void Metrics::OnStep(const ipc::compute::Step& s) {
   step_sequences_ += s.sequences;
   last_sequences_ = s.sequences;
   step_rows_ += s.rows;
+  step_prefill_rows_ += s.prefill_rows;
   step_experts_ += s.experts;
   step_trunk_bytes_ += s.trunk_bytes;
   step_expert_bytes_ += s.expert_bytes;
@@ -90,6 +91,8 @@ std::string Metrics::Prometheus() const {
   Metric(out, "k3_step_seconds_sum", "counter", "Wall time of all forward passes.", step_seconds_);
   Metric(out, "k3_step_seconds", "gauge", "Wall time of the last forward pass.", last_step_seconds_);
   Metric(out, "k3_step_rows_total", "counter", "Positions fed through the layers.", static_cast<double>(step_rows_));
+  Metric(out, "k3_step_prefill_rows_total", "counter", "Of them, prompt ids (the rest are decode tokens and drafts).",
+         static_cast<double>(step_prefill_rows_));
   Metric(out, "k3_step_experts_total", "counter", "Distinct routed experts requested, summed over passes and layers.",
          static_cast<double>(step_experts_));
   Metric(out, "k3_step_trunk_bytes_total", "counter", "Trunk bytes the forward passes used.",

@@ -32,7 +32,7 @@ class Metrics {
   std::map<Outcome, uint64_t> outcomes_;
   int64_t prompt_ = 0, generated_ = 0, cached_ = 0, queued_ = 0, running_ = 0;
   uint64_t steps_ = 0;
-  int64_t step_sequences_ = 0, last_sequences_ = 0, step_rows_ = 0, step_experts_ = 0;
+  int64_t step_sequences_ = 0, last_sequences_ = 0, step_rows_ = 0, step_prefill_rows_ = 0, step_experts_ = 0;
   int64_t step_trunk_bytes_ = 0, step_expert_bytes_ = 0, last_step_bytes_ = 0;
   double step_seconds_ = 0, last_step_seconds_ = 0;
   std::map<std::string, std::map<std::string, double>> service_;  // relayed Stats: service -> name -> value

@@ -323,6 +323,14 @@ class ServerTest(unittest.TestCase):
                          r["usage"]["completion_tokens"])
         self.assertEqual(after["k3_prompt_tokens_total"] - before["k3_prompt_tokens_total"], r["usage"]["prompt_tokens"])
         self.assertEqual(after["k3_queue_depth"], 0)
+        # compute's Steps: the prompt ids it fed (those no snapshot saved), then one decode row
+        # per generated token but the last (which is never fed).
+        u = r["usage"]
+        fed = u["prompt_tokens"] - u["prompt_tokens_details"]["cached_tokens"]
+        prefill = after["k3_step_prefill_rows_total"] - before["k3_step_prefill_rows_total"]
+        self.assertEqual(prefill, fed)
+        self.assertEqual(after["k3_step_rows_total"] - before["k3_step_rows_total"] - prefill,
+                         u["completion_tokens"] - 1)
         for name in ("k3_batch_size", "k3_step_seconds", "k3_bytes_read_per_step", "k3_expert_hit_rate",
                      'k3_requests_total{outcome="rejected"}'):
             self.assertIn(name, after)
