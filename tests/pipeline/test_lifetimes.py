@@ -117,6 +117,17 @@ def connect_verdict(ep, uid):
     return verdict
 
 
+def others_can_reach(path):
+    """Whether every directory above `path` lets other users through (o+x)."""
+    d = os.path.dirname(os.path.abspath(path))
+    while True:
+        if not os.stat(d).st_mode & 0o001:
+            return False
+        if d == "/":
+            return True
+        d = os.path.dirname(d)
+
+
 def launch(extra=(), gen=GEN, **kw):
     args = [os.path.join(BIN, "k3-launch"), DEMO, "--prompt", PROMPT, "--gen", str(gen), "--threads", "1"]
     return subprocess.Popen(args + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
@@ -208,8 +219,9 @@ class LifetimesTest(unittest.TestCase):
     def test_foreign_run_directory_does_not_block_a_launch(self):
         # The directory today's launcher would make, pre-created for the launcher's pid by
         # another user (as root: uid 65534 owns it and the launcher runs as uid 4242); without
-        # root, one the launcher cannot empty.
-        root = os.geteuid() == 0
+        # root, one the launcher cannot empty. The other user needs to reach the build tree and
+        # the demo model: a checkout under a 0700 directory (mktemp -d) takes the second way.
+        root = os.geteuid() == 0 and others_can_reach(BIN) and others_can_reach(DEMO)
         made = []
 
         def before_exec():
