@@ -1,8 +1,9 @@
-"""Helpers the pipeline tests share: the processes and shared memory a k3-launch run leaves,
-free TCP ports and the last stderr line. Imported by the test_*.py files next to it."""
+"""Helpers the Python tests share (tests/pipeline, tests/server, tests/demo): the processes and
+shared memory a k3-launch run leaves, free TCP ports, the last stderr line, and exit 77 for a skip."""
 import glob
 import os
 import socket
+import sys
 import time
 
 
@@ -99,3 +100,31 @@ def launch_report(argv, out_json, timeout):
         with open(out_json) as f:
             report = json.load(f)
     return p.returncode, o.decode("utf-8", "replace"), e.decode("utf-8", "replace"), report, took, leftovers
+
+
+# ---- skips that ctest can see ------------------------------------------------------------------
+# ctest reads only the exit status: unittest exits 0 after a skipped class or case, which ctest
+# would list as Passed. Every test registered with SKIP_RETURN_CODE 77 runs through these two.
+SKIP = 77
+
+
+def require(ok, reason):
+    """Exits 77 (ctest: Skipped) with `reason` unless `ok`; call it before main()."""
+    if not ok:
+        print("SKIP: " + reason, flush=True)
+        sys.exit(SKIP)
+
+
+def main():
+    """unittest.main for a ctest script: exit 1 when a case failed or errored, 77 when any case
+    or class was skipped (what it exists for did not all run), 0 when every case ran and passed."""
+    import unittest
+    prog = unittest.main(argv=[sys.argv[0]] + sys.argv[1:], exit=False)
+    result = prog.result
+    if not result.wasSuccessful():
+        sys.exit(1)
+    if result.skipped:
+        for case, reason in result.skipped:
+            print("SKIP: %s: %s" % (case.id(), reason), flush=True)
+        sys.exit(SKIP)
+    sys.exit(0)

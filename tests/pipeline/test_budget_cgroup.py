@@ -25,6 +25,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proc_util import main, require  # noqa: E402
+
 BIN = os.environ.get("K3_BIN", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
 GENERATOR = os.path.join(HERE, "..", "generator", "make_checkpoint.py")
@@ -33,7 +36,6 @@ CGROOT = "/sys/fs/cgroup/memory"
 IDS = "1,5,9,8000,77,3,4095,42"
 GEN = 5
 TIMEOUT = 300
-SKIP = 77
 
 
 def cgroup_unavailable():
@@ -135,8 +137,6 @@ def shm_bytes(launcher_pid):
 class BudgetCgroupTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not BIN:
-            raise unittest.SkipTest("K3_BIN not set")
         cls.tmp = tempfile.mkdtemp(prefix="k3-cgroup-test-")
         cls.model = os.path.join(cls.tmp, "ck")
         subprocess.run([PYTHON, GENERATOR, cls.model, "--preset", "tiny", "--layers", "13", "--experts", "64",
@@ -250,8 +250,6 @@ if __name__ == "__main__":
     if os.environ.get("K3_SANITIZED") == "1":
         # ASan's shadow memory and quarantine are not part of the engine's plan.
         reason = "sanitizer build: memory use is not the engine's"
-    if reason:
-        print("SKIP: " + reason)
-        sys.exit(SKIP)
-    prog = unittest.main(argv=[sys.argv[0]] + sys.argv[1:], exit=False)
-    sys.exit(0 if prog.result.wasSuccessful() else 1)
+    require(not reason, reason)
+    require(BIN, "K3_BIN not set")
+    main()

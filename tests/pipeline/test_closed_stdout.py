@@ -14,8 +14,12 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from proc_util import main, require  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,11 +40,6 @@ def run_into_closed_pipe(cmd, stdin_data=b""):
 
 
 class ClosedStdout(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        if not BIN or not os.path.exists(os.path.join(VOCAB, "tiktoken.model")):
-            raise unittest.SkipTest("K3_BIN not set or the demo model is missing")
-
     def tok(self, *args):
         return [os.path.join(BIN, "k3-tokenizer")] + list(args)
 
@@ -100,4 +99,5 @@ class ClosedStdout(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(BIN and os.path.exists(os.path.join(VOCAB, "tiktoken.model")), "K3_BIN not set or the demo model is missing")
+    main()

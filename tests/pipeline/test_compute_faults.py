@@ -23,7 +23,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import alive, children_of, env_for_ptrace, service_pid, shm_names  # noqa: E402
+from proc_util import alive, children_of, env_for_ptrace, main, service_pid, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 TESTDATA = os.environ.get("K3_TESTDATA", "")
@@ -252,4 +252,4 @@ class ComputeFaults(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    main()

@@ -22,7 +22,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import last_line, launch_report  # noqa: E402
+from proc_util import last_line, launch_report, main, require  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,8 +35,6 @@ WEIGHT_SERVICES = ("trunk-reader", "expert-fetcher", "compute")
 class Context(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not BIN or not os.path.isdir(DEMO_MODEL):
-            raise unittest.SkipTest("K3_BIN not set or the demo model is missing")
         cls.tmp = tempfile.mkdtemp(prefix="k3-context-")
         cls.n = 0
 
@@ -124,4 +122,5 @@ class Context(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(BIN and os.path.isdir(DEMO_MODEL), "K3_BIN not set or the demo model is missing")
+    main()

@@ -20,7 +20,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
 import test_remote_experts as tre  # noqa: E402
-from proc_util import children_of, free_port, last_line, shm_names  # noqa: E402
+from proc_util import children_of, free_port, last_line, main, require, shm_names  # noqa: E402
 
 SERVER = "k3-expert-server"
 
@@ -32,8 +32,6 @@ def server_bin():
 class ExpertAuthTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not tp.BIN or not os.path.isdir(tp.MODEL):
-            raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
         # The standalone ids, budgets and the plan's extra bytes for a remote run.
         tre.RemoteExpertsTest.setUpClass()
         cls.base = tp.PipelineTest
@@ -250,4 +248,5 @@ class ExpertAuthTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(tp.BIN and os.path.isdir(tp.MODEL), "K3_BIN / K3_TESTDATA not set")
+    main()

@@ -23,7 +23,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
 import test_remote_experts as tre  # noqa: E402
-from proc_util import free_port  # noqa: E402
+from proc_util import free_port, main, require  # noqa: E402
 
 FLOOD = os.environ.get("K3_SERVER_FLOOD", "")
 MIB = 1 << 20
@@ -46,8 +46,6 @@ def status_kib(pid, field):
 class ExpertServerBoundsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not tp.BIN or not os.path.isdir(tp.MODEL) or not FLOOD:
-            raise unittest.SkipTest("K3_BIN / K3_TESTDATA / K3_SERVER_FLOOD not set")
         tre.RemoteExpertsTest.setUpClass()  # ids, budgets, the plan's extra bytes for a remote run
         cls.base = tp.PipelineTest
         cls.extra = tre.RemoteExpertsTest.extra
@@ -180,4 +178,5 @@ class ExpertServerBoundsTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(tp.BIN and os.path.isdir(tp.MODEL) and FLOOD, "K3_BIN / K3_TESTDATA / K3_SERVER_FLOOD not set")
+    main()

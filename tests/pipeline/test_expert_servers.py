@@ -21,7 +21,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import children_of, free_port, last_line, shm_names  # noqa: E402
+from proc_util import children_of, free_port, last_line, main, require, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 MODEL = os.path.join(os.environ.get("K3_TESTDATA", ""), "tiny")
@@ -44,8 +44,6 @@ def launch_extra(bin_dir):
 class ExpertServersTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not BIN or not os.path.isdir(MODEL):
-            raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
         cls.tmp = tempfile.mkdtemp(prefix="k3-servers-test-")
         cls.toml = os.path.join(cls.tmp, "tiny.toml")
         with open(cls.toml, "w") as f:
@@ -210,4 +208,5 @@ class ExpertServersTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(BIN and os.path.isdir(MODEL), "K3_BIN / K3_TESTDATA not set")
+    main()

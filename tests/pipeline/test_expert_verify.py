@@ -22,7 +22,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
 from expert_files import expert_ranges, standalone_ids, xor_expert  # noqa: E402
-from proc_util import children_of, free_port, last_line, shm_names  # noqa: E402
+from proc_util import children_of, free_port, last_line, main, require, shm_names  # noqa: E402
 
 ROGUE_LAYER = 5
 
@@ -30,8 +30,6 @@ ROGUE_LAYER = 5
 class ExpertVerifyTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not tp.BIN or not os.path.isdir(tp.MODEL):
-            raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
         cls.expected = standalone_ids(tp.BIN, tp.MODEL, tp.IDS, tp.GEN, tp.TIMEOUT)
         cls.tmp = tempfile.mkdtemp(prefix="k3-verify-test-")
         # The compute box's copy (with the manifest) and the servers' copies.
@@ -173,4 +171,5 @@ class ExpertVerifyTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(tp.BIN and os.path.isdir(tp.MODEL), "K3_BIN / K3_TESTDATA not set")
+    main()

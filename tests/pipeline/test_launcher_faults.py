@@ -25,7 +25,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import children_of, free_port, last_line, shm_names  # noqa: E402
+from proc_util import children_of, free_port, last_line, main, require, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -42,8 +42,6 @@ def launch_cmd(*args):
 class LauncherFaults(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not BIN or not os.path.isdir(DEMO_MODEL):
-            raise unittest.SkipTest("K3_BIN not set or the demo model is missing")
         cls.tmp = tempfile.mkdtemp(prefix="k3-launcher-faults-")
 
     @classmethod
@@ -205,8 +203,6 @@ class LauncherInATerminal(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        if not BIN or not os.path.isdir(DEMO_MODEL):
-            raise unittest.SkipTest("K3_BIN not set or the demo model is missing")
         cls.runs = 0
 
     def tmux(self, *args):
@@ -271,4 +267,5 @@ class LauncherInATerminal(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(BIN and os.path.isdir(DEMO_MODEL), "K3_BIN not set or the demo model is missing")
+    main()

@@ -29,7 +29,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import alive, children_of, env_for_ptrace, service_pids  # noqa: E402
+from proc_util import alive, children_of, env_for_ptrace, main, require, service_pids  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -148,8 +148,6 @@ def wait_all_services(launcher_pid, p, timeout=60):
 class LifetimesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not BIN or not os.path.isdir(DEMO_MODEL):
-            raise unittest.SkipTest("K3_BIN not set or no demo model")
         cls.tmp = tempfile.mkdtemp(prefix="k3-lifetimes-")
         r = cls.run_demo()
         if r.returncode != 0:
@@ -402,4 +400,5 @@ class LifetimesTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(BIN and os.path.isdir(DEMO_MODEL), "K3_BIN not set or no demo model")
+    main()

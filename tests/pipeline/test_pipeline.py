@@ -16,7 +16,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import children_of, service_pid, shm_names  # noqa: E402
+from proc_util import children_of, main, require, service_pid, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 TESTDATA = os.environ.get("K3_TESTDATA", "")
@@ -29,8 +29,6 @@ TIMEOUT = 300
 class PipelineTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not BIN or not os.path.isdir(MODEL):
-            raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
         cls.tmp = tempfile.mkdtemp(prefix="k3-pipe-test-")
         cls.toml = os.path.join(cls.tmp, "tiny.toml")
         with open(cls.toml, "w") as f:
@@ -442,4 +440,5 @@ class ReleasePlanTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=[sys.argv[0]] + sys.argv[1:])
+    require(BIN and os.path.isdir(MODEL), "K3_BIN / K3_TESTDATA not set")
+    main()

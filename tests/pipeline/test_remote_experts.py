@@ -19,15 +19,13 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
-from proc_util import children_of, free_port, shm_names  # noqa: E402
+from proc_util import children_of, free_port, main, require, shm_names  # noqa: E402
 from test_tokenizer_pipeline import send_malformed  # noqa: E402
 
 
 class RemoteExpertsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not tp.BIN or not os.path.isdir(tp.MODEL):
-            raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
         # The budgets and the standalone ids of the pipeline tests.
         tp.PipelineTest.setUpClass()
         cls.base = tp.PipelineTest
@@ -133,4 +131,5 @@ class RemoteExpertsTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(tp.BIN and os.path.isdir(tp.MODEL), "K3_BIN / K3_TESTDATA not set")
+    main()

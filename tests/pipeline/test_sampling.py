@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import test_pipeline as tp  # noqa: E402
-from proc_util import children_of, free_port, shm_names  # noqa: E402
+from proc_util import children_of, free_port, main, require, shm_names  # noqa: E402
 
 GEN = 10
 # Flat enough on random weights that the draw matters; top-k and top-p both bite.
@@ -45,8 +45,6 @@ def log_softmax64(row):
 class SamplingTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not tp.BIN or not os.path.isdir(tp.MODEL):
-            raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
         tp.PipelineTest.setUpClass()  # budgets from the plan (stream / pinned) and a TOML
         cls.base = tp.PipelineTest
         cls.tmp = tempfile.mkdtemp(prefix="k3-sampling-test-")
@@ -215,4 +213,5 @@ class SamplingTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(tp.BIN and os.path.isdir(tp.MODEL), "K3_BIN / K3_TESTDATA not set")
+    main()

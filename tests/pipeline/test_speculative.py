@@ -21,7 +21,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import children_of, shm_names  # noqa: E402
+from proc_util import children_of, main, require, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 TESTDATA = os.environ.get("K3_TESTDATA", "")
@@ -39,8 +39,6 @@ TIMEOUT = 300
 class Speculative(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not BIN or not os.path.isdir(TINY):
-            raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
         cls.tmp = tempfile.mkdtemp(prefix="k3-spec-test-")
         cls.toml = os.path.join(cls.tmp, "tiny.toml")
         with open(cls.toml, "w") as f:
@@ -171,8 +169,6 @@ class SpeculativeDemo(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        if not BIN:
-            raise unittest.SkipTest("K3_BIN not set")
         cls.tmp = tempfile.mkdtemp(prefix="k3-spec-demo-")
 
     @classmethod
@@ -212,4 +208,5 @@ class SpeculativeDemo(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(BIN and os.path.isdir(TINY), "K3_BIN / K3_TESTDATA not set")
+    main()

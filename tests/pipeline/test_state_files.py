@@ -17,7 +17,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import last_line, shm_names  # noqa: E402
+from proc_util import last_line, main, require, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 TESTDATA = os.environ.get("K3_TESTDATA", "")
@@ -42,8 +42,6 @@ def read(path):
 class StateFilesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not BIN or not os.path.isdir(MODEL) or not os.path.isdir(OTHER):
-            raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
         cls.tmp = tempfile.mkdtemp(prefix="k3-state-test-")
         cls.toml = os.path.join(cls.tmp, "tiny.toml")
         with open(cls.toml, "w") as f:
@@ -237,4 +235,5 @@ class StateFilesTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(BIN and os.path.isdir(MODEL) and os.path.isdir(OTHER), "K3_BIN / K3_TESTDATA not set")
+    main()

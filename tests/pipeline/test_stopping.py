@@ -23,7 +23,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import launch_report  # noqa: E402
+from proc_util import launch_report, main, require  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,8 +52,6 @@ def copy_model(src, dst, eos=None, tokenizer=True):
 class Stopping(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not BIN or not os.path.isdir(DEMO_MODEL):
-            raise unittest.SkipTest("K3_BIN not set or the demo model is missing")
         cls.tmp = tempfile.mkdtemp(prefix="k3-stopping-")
         cls.n = 0
 
@@ -257,4 +255,5 @@ class Stopping(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    require(BIN and os.path.isdir(DEMO_MODEL), "K3_BIN not set or the demo model is missing")
+    main()

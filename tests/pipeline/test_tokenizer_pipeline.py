@@ -26,7 +26,7 @@ TIMEOUT = 300
 SPECIALS = ["[BOS]", "[EOS]", "<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>"]
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import children_of, service_pid, shm_names  # noqa: E402
+from proc_util import children_of, main, require, service_pid, shm_names  # noqa: E402
 
 
 def write_vocab(out_dir, vocab_size):
@@ -121,8 +121,6 @@ def send_malformed(endpoint):
 class TokenizerPipelineTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if not BIN or not os.path.isdir(MODEL):
-            raise unittest.SkipTest("K3_BIN / K3_TESTDATA not set")
         cls.tmp = tempfile.mkdtemp(prefix="k3-tokpipe-test-")
         with open(os.path.join(MODEL, "config.json")) as f:
             cfg = json.load(f)
@@ -269,4 +267,5 @@ class TokenizerPipelineTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(argv=[sys.argv[0]] + sys.argv[1:])
+    require(BIN and os.path.isdir(MODEL), "K3_BIN / K3_TESTDATA not set")
+    main()
