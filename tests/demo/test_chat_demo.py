@@ -20,8 +20,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODEL = os.path.join(ROOT, "models", "k3-demo-tiny")
 BIN = os.environ.get("K3_BIN_DIR", os.path.join(ROOT, "build", "bin"))
 sys.path.insert(0, os.path.join(ROOT, "train"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "pipeline"))
 import bpe_train  # noqa: E402
 import chat_data  # noqa: E402
+from proc_util import main, run_launch  # noqa: E402
 
 USERS = ["Tell me a fortune.", "Hello!", "What is your name?", "Say something wise.", "How are you today?"]
 LIMIT = 300
@@ -56,12 +58,11 @@ class ChatDemo(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "chat.json")
             for flags in ([], ["--no-think"]):
-                p = subprocess.run([os.path.join(BIN, "k3-launch"), os.path.join(ROOT, "configs", "demo.toml"), "--chat",
-                                    "--quiet", "--gen", str(LIMIT), "--out", out, *flags],
-                                   input="\n".join(USERS) + "\n/quit\n", capture_output=True, text=True, timeout=600)
+                p = run_launch(os.path.join(ROOT, "configs", "demo.toml"), "--chat", "--quiet", "--gen", LIMIT, *flags,
+                               out=out, exe=os.path.join(BIN, "k3-launch"), input="\n".join(USERS) + "\n/quit\n",
+                               timeout=600)
                 self.assertEqual(p.returncode, 0, p.stderr[-2000:])
-                with open(out) as f:
-                    turns = json.load(f)["turns"]
+                turns = p.report["turns"]
                 self.assertEqual(len(turns), len(USERS))
                 for i, t in enumerate(turns):
                     self.assertEqual(t["finish_reason"], "stop", (flags, USERS[i], t))
@@ -71,4 +72,4 @@ class ChatDemo(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    main()

@@ -7,14 +7,16 @@
 --prompt Hi from a working directory outside both trees: the run succeeds and its greedy ids
 equal those of the same run from the build tree (same model, same engine).
 """
-import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "pipeline"))
+from proc_util import main, run_launch  # noqa: E402
 BUILD = os.path.abspath(os.environ.get("K3_BUILD_DIR", os.path.join(ROOT, "build")))
 BIN = os.environ.get("K3_BIN_DIR", os.path.join(BUILD, "bin"))
 CMAKE = os.environ.get("K3_CMAKE") or shutil.which("cmake") or "cmake"
@@ -24,12 +26,11 @@ BINARIES = ["k3-launch", "k3-trunk-reader", "k3-expert-fetcher", "k3-compute", "
 
 
 def launch(exe, config, cwd, out):
-    p = subprocess.run([exe, config, "--prompt", "Hi", "--gen", GEN, "--out", out], cwd=cwd,
-                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    if p.returncode != 0:
-        raise AssertionError(f"{exe} exited {p.returncode}: {p.stderr.strip()[-600:]}")
-    with open(out) as f:
-        return json.load(f)
+    r = run_launch(config, "--prompt", "Hi", "--gen", GEN, out=out, exe=exe, cwd=cwd, timeout=120,
+                   stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise AssertionError(f"{exe} exited {r.returncode}: {r.stderr.strip()[-600:]}")
+    return r.report
 
 
 class Install(unittest.TestCase):
@@ -73,4 +74,4 @@ class Install(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    main()

@@ -1,8 +1,13 @@
-"""Helpers the Python tests share (tests/pipeline, tests/server, tests/demo): the processes and
-shared memory a k3-launch run leaves, free TCP ports, the last stderr line, and exit 77 for a skip."""
+"""Helpers the Python tests share (tests/pipeline, tests/server, tests/demo): k3-launch runs, the
+plan's floor, the processes and shared memory a run leaves, free TCP ports, the last stderr line,
+and exit 77 for a skip."""
+import collections
 import glob
+import json
 import os
+import re
 import socket
+import subprocess
 import sys
 import time
 
@@ -84,22 +89,71 @@ def env_for_ptrace():
     return env
 
 
-def launch_report(argv, out_json, timeout):
-    """Runs a k3-launch command line with `--out out_json` appended; returns (returncode, stdout,
-    stderr, report or None, seconds, leftovers): leftovers lists the /dev/shm names and child
-    pids the run left behind (both must be empty)."""
-    import json
-    import subprocess
+# ---- k3-launch runs and the plan's floor ---------------------------------------------------------
+
+def launcher(bin_dir=None):
+    """The k3-launch binary of `bin_dir` (default: K3_BIN)."""
+    return os.path.join(bin_dir if bin_dir is not None else os.environ.get("K3_BIN", ""), "k3-launch")
+
+
+def start_launch(config, *args, out=None, exe=None, **popen):
+    """Starts `k3-launch CONFIG ARGS [--out OUT]`, stdout and stderr piped unless `popen` says
+    otherwise, text unless `text=False`; returns the Popen. `exe` replaces K3_BIN's k3-launch."""
+    argv = [exe or launcher(), config] + [str(a) for a in args] + (["--out", out] if out else [])
+    popen.setdefault("stdout", subprocess.PIPE)
+    popen.setdefault("stderr", subprocess.PIPE)
+    popen.setdefault("text", True)
+    if popen["text"]:
+        popen.setdefault("errors", "replace")  # a token cut inside a UTF-8 character
+    return subprocess.Popen(argv, **popen)
+
+
+class Run(collections.namedtuple("Run", "returncode stdout stderr report seconds leftovers")):
+    """A finished k3-launch run: its --out report (None without one), the seconds it took, and
+    `leftovers`, the /dev/shm names and child pids it left behind (both must be empty)."""
+
+
+def run_launch(config, *args, out=None, timeout=300, exe=None, input=None, **popen):
+    """Runs `k3-launch CONFIG ARGS [--out OUT]` to its end, `input` (if given) on its stdin; a run
+    still going after `timeout` seconds is killed and raises AssertionError with the end of its
+    stderr. Returns a Run."""
+    if out and os.path.exists(out):
+        os.remove(out)
+    if input is not None:
+        popen["stdin"] = subprocess.PIPE
     t0 = time.monotonic()
-    p = subprocess.Popen(list(argv) + ["--out", out_json], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    o, e = p.communicate(timeout=timeout)
+    p = start_launch(config, *args, out=out, exe=exe, **popen)
+    try:
+        o, e = p.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, e = p.communicate()
+        raise AssertionError("k3-launch timed out: %s" % e[-2000:])
     took = time.monotonic() - t0
-    leftovers = shm_names(p.pid) + children_of(p.pid)
     report = None
-    if os.path.exists(out_json):
-        with open(out_json) as f:
+    if out and os.path.exists(out):
+        with open(out) as f:
             report = json.load(f)
-    return p.returncode, o.decode("utf-8", "replace"), e.decode("utf-8", "replace"), report, took, leftovers
+    return Run(p.returncode, o, e, report, took, shm_names(p.pid) + children_of(p.pid))
+
+
+def floor_bytes(stderr):
+    """The plan's floor in bytes from k3-launch's budget refusal ("budget X is below the floor
+    of Y (N bytes) for context C; ...", exit 6)."""
+    m = re.search(r"below the floor of [^(]*\((\d+) bytes\)", stderr)
+    if not m:
+        raise AssertionError("no plan floor in k3-launch's error: " + stderr[-2000:])
+    return int(m.group(1))
+
+
+def plan_floor(config, *extra, timeout=300, exe=None):
+    """The plan's floor for CONFIG and flags `extra`: `--budget 1 --dry-run` must be refused
+    (exit 6) naming it."""
+    r = subprocess.run([exe or launcher(), config, "--budget", "1", "--dry-run"] + [str(a) for a in extra],
+                       capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 6:
+        raise AssertionError("k3-launch --budget 1 --dry-run: exit %d, not 6: %s" % (r.returncode, r.stderr[-2000:]))
+    return floor_bytes(r.stderr)
 
 
 # ---- skips that ctest can see ------------------------------------------------------------------

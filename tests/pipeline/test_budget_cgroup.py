@@ -26,7 +26,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import main, require  # noqa: E402
+from proc_util import floor_bytes, main, require  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -153,7 +153,7 @@ class BudgetCgroupTest(unittest.TestCase):
         cls.expected = [int(x) for x in r.stdout.split()]
         r = cls.dry_run(1)
         assert r.returncode == 6, r.stderr
-        cls.floor = int(r.stderr.split("(")[1].split(" bytes")[0])
+        cls.floor = floor_bytes(r.stderr)
 
     @classmethod
     def dry_run(cls, budget):
@@ -223,7 +223,7 @@ class BudgetCgroupTest(unittest.TestCase):
         r = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", "1", "--dry-run"] + flag,
                            capture_output=True, text=True, timeout=TIMEOUT)
         self.assertEqual(r.returncode, 6, r.stderr)
-        floor = int(r.stderr.split("(")[1].split(" bytes")[0])
+        floor = floor_bytes(r.stderr)
         self.assertLess(floor, self.floor)
         plan = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(floor), "--dry-run"] + flag,
                               capture_output=True, text=True, timeout=TIMEOUT).stdout

@@ -23,7 +23,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import alive, children_of, env_for_ptrace, main, service_pid, shm_names  # noqa: E402
+from proc_util import alive, children_of, env_for_ptrace, main, plan_floor, service_pid, shm_names, start_launch  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 TESTDATA = os.environ.get("K3_TESTDATA", "")
@@ -108,10 +108,7 @@ class ComputeFaults(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def launch(self, *extra, out=None, env=None):
-        args = [os.path.join(BIN, "k3-launch"), self.toml, "--ids", IDS] + list(extra)
-        if out:
-            args += ["--out", out]
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        p = start_launch(self.toml, "--ids", IDS, *extra, out=out, env=env)
         return p, LineReader(p.stdout), LineReader(p.stderr)
 
     def assert_clean(self, p):
@@ -229,10 +226,7 @@ class ComputeFaults(unittest.TestCase):
 
     def floor_budget(self):
         """The plan's floor (everything streams, fewest expert slots), as test_pipeline finds it."""
-        r = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", "1", "--dry-run"],
-                           capture_output=True, text=True, timeout=60)
-        self.assertEqual(r.returncode, 6, r.stderr)
-        return int(r.stderr.split("(")[1].split(" bytes")[0])
+        return plan_floor(self.toml, timeout=60)
 
     # ------------------------------------------------------------------ prefill progress
 

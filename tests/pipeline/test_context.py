@@ -22,7 +22,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import last_line, launch_report, main, require  # noqa: E402
+from proc_util import last_line, main, require, run_launch  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,10 +45,9 @@ class Context(unittest.TestCase):
     def launch(self, *args):
         """Runs k3-launch on the demo TOML; returns (rc, stdout, stderr, report, seconds)."""
         Context.n += 1
-        rc, out, err, report, took, left = launch_report([os.path.join(BIN, "k3-launch"), DEMO] + list(args),
-                                                         os.path.join(self.tmp, "r%d.json" % Context.n), TIMEOUT)
-        self.assertEqual(left, [], "shared memory or processes left behind")
-        return rc, out, err, report, took
+        r = run_launch(DEMO, *args, out=os.path.join(self.tmp, "r%d.json" % Context.n), timeout=TIMEOUT)
+        self.assertEqual(r.leftovers, [], "shared memory or processes left behind")
+        return r.returncode, r.stdout, r.stderr, r.report, r.seconds
 
     def test_generation_stops_at_the_context(self):
         rc, out, err, rep, _ = self.launch("--context", "16", "--ids", "1,2,3", "--gen", "100", "--ignore-eos")

@@ -20,7 +20,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
 import test_remote_experts as tre  # noqa: E402
-from proc_util import children_of, free_port, last_line, main, require, shm_names  # noqa: E402
+from proc_util import free_port, last_line, main, require, run_launch  # noqa: E402
 
 SERVER = "k3-expert-server"
 
@@ -70,15 +70,11 @@ class ExpertAuthTest(unittest.TestCase):
         return err
 
     def launch(self, port, keys=(), budget=None, toml=None):
-        args = [os.path.join(tp.BIN, "k3-launch"), toml or self.base.toml, "--budget",
-                str((budget or self.base.budgets["stream"]) + self.extra), "--ids", tp.IDS]
-        if port:
-            args += ["--expert-server", "tcp://127.0.0.1:%d" % port, "--no-verify"]  # keys only here
-        p = subprocess.Popen(args + list(keys), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = p.communicate(timeout=tp.TIMEOUT)
-        self.assertEqual(shm_names(p.pid), [], "shared memory left behind")
-        self.assertEqual(children_of(p.pid), [], "processes left behind")
-        return p.returncode, out, err
+        server = ["--expert-server", "tcp://127.0.0.1:%d" % port, "--no-verify"] if port else []  # keys only here
+        r = run_launch(toml or self.base.toml, "--budget", (budget or self.base.budgets["stream"]) + self.extra,
+                       "--ids", tp.IDS, *server, *keys, timeout=tp.TIMEOUT)
+        self.assertEqual(r.leftovers, [], "shared memory or processes left behind")
+        return r.returncode, r.stdout, r.stderr
 
     def test_keygen_writes_a_czmq_style_pair(self):
         pub, sec = self.key("client"), self.key("client_secret")

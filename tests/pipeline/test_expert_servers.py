@@ -21,7 +21,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import children_of, free_port, last_line, main, require, shm_names  # noqa: E402
+from proc_util import children_of, floor_bytes, free_port, last_line, main, require, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 MODEL = os.path.join(os.environ.get("K3_TESTDATA", ""), "tiny")
@@ -186,7 +186,7 @@ class ExpertServersTest(unittest.TestCase):
         def floor(*extra):  # "... below the floor of X (N bytes) ..."
             r = dry("--budget", "1", *extra)
             self.assertEqual(r.returncode, 6, r.stderr)
-            return int(r.stderr.split("(")[1].split(" bytes")[0])
+            return floor_bytes(r.stderr)
 
         one = ["--expert-server", "tcp://127.0.0.1:1"]
         three = one + ["--expert-server", "tcp://127.0.0.1:2", "--expert-server", "tcp://127.0.0.1:3"]

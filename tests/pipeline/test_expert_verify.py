@@ -9,7 +9,6 @@ server changes the text, which is the attack); remote mode without a manifest is
 TOML keys `manifest` / `no_verify` work. No shared memory or process is left behind.
 Environment: K3_TESTDATA, K3_BIN (as test_pipeline.py).
 """
-import json
 import os
 import re
 import shutil
@@ -22,7 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
 from expert_files import expert_ranges, standalone_ids, xor_expert  # noqa: E402
-from proc_util import children_of, free_port, last_line, main, require, shm_names  # noqa: E402
+from proc_util import free_port, last_line, main, plan_floor, require, run_launch  # noqa: E402
 
 ROGUE_LAYER = 5
 
@@ -66,27 +65,14 @@ class ExpertVerifyTest(unittest.TestCase):
         self.assertEqual(p.returncode, 5)
 
     def launch(self, *extra, toml=None, budget=None):
-        out_json = os.path.join(self.tmp, "report.json")
-        if os.path.exists(out_json):
-            os.remove(out_json)
-        args = [os.path.join(tp.BIN, "k3-launch"), toml or self.toml, "--ids", tp.IDS, "--out", out_json]
-        args += (["--budget", str(budget)] if budget else []) + list(extra)
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = p.communicate(timeout=tp.TIMEOUT)
-        self.assertEqual(shm_names(p.pid), [], "shared memory left behind")
-        self.assertEqual(children_of(p.pid), [], "processes left behind")
-        report = None
-        if os.path.exists(out_json):
-            with open(out_json) as f:
-                report = json.load(f)
-        return p.returncode, out, err, report
+        r = run_launch(toml or self.toml, "--ids", tp.IDS, *(["--budget", budget] if budget else []), *extra,
+                       out=os.path.join(self.tmp, "report.json"), timeout=tp.TIMEOUT)
+        self.assertEqual(r.leftovers, [], "shared memory or processes left behind")
+        return r.returncode, r.stdout, r.stderr, r.report
 
     def stream_budget(self, server):
         # The plan's floor with the server's frames: few expert slots, so experts are read on demand.
-        r = subprocess.run([os.path.join(tp.BIN, "k3-launch"), self.toml, "--budget", "1", "--dry-run",
-                            "--expert-server", server], capture_output=True, text=True, timeout=tp.TIMEOUT)
-        self.assertEqual(r.returncode, 6, r.stderr)
-        return int(r.stderr.split("(")[1].split(" bytes")[0])
+        return plan_floor(self.toml, "--expert-server", server, timeout=tp.TIMEOUT)
 
     def test_honest_server_every_expert_checked(self):
         server = self.start_server(tp.MODEL)

@@ -29,7 +29,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import alive, children_of, env_for_ptrace, main, require, service_pids  # noqa: E402
+from proc_util import alive, children_of, env_for_ptrace, main, require, service_pids, start_launch  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -129,8 +129,7 @@ def others_can_reach(path):
 
 
 def launch(extra=(), gen=GEN, **kw):
-    args = [os.path.join(BIN, "k3-launch"), DEMO, "--prompt", PROMPT, "--gen", str(gen), "--threads", "1"]
-    return subprocess.Popen(args + list(extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    return start_launch(DEMO, "--prompt", PROMPT, "--gen", gen, "--threads", "1", *extra, text=False, **kw)
 
 
 def wait_all_services(launcher_pid, p, timeout=60):

@@ -16,7 +16,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import children_of, main, require, service_pid, shm_names  # noqa: E402
+from proc_util import children_of, floor_bytes, main, plan_floor, require, service_pid, shm_names, start_launch  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 TESTDATA = os.environ.get("K3_TESTDATA", "")
@@ -53,10 +53,7 @@ class PipelineTest(unittest.TestCase):
 
     @classmethod
     def plan_floor(cls):
-        r = cls.dry_run(1)
-        assert r.returncode == 6, r.stderr
-        # "... below the floor of X (N bytes) ..."
-        return int(r.stderr.split("(")[1].split(" bytes")[0])
+        return plan_floor(cls.toml, timeout=TIMEOUT)
 
     @classmethod
     def pinned_count(cls, budget):
@@ -89,11 +86,7 @@ class PipelineTest(unittest.TestCase):
         return {"stream": lo, "middle": mid, "pinned": hi, "n_lo": n_lo, "total": total}
 
     def launch(self, budget, io="pread", extra=(), out=None):
-        args = [os.path.join(BIN, "k3-launch"), self.toml, "--budget", str(budget), "--io", io,
-                "--ids", IDS] + list(extra)
-        if out:
-            args += ["--out", out]
-        return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return start_launch(self.toml, "--budget", budget, "--io", io, "--ids", IDS, *extra, out=out)
 
     def finish(self, p):
         try:
@@ -221,7 +214,7 @@ class PipelineTest(unittest.TestCase):
             r = subprocess.run([os.path.join(BIN, "k3-launch"), self.toml, "--budget", "1", "--dry-run"] + flag,
                                capture_output=True, text=True, timeout=TIMEOUT)
             self.assertEqual(r.returncode, 6, r.stderr)
-            floor = int(r.stderr.split("(")[1].split(" bytes")[0])
+            floor = floor_bytes(r.stderr)
             self.assertLess(floor, self.floor, "smaller slots lower the floor")
             # A budget that pins some layers and streams the others in pieces (bisected).
             lo, hi, middle = floor, self.budgets["pinned"], None

@@ -19,7 +19,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
-from proc_util import children_of, free_port, main, require, shm_names  # noqa: E402
+from proc_util import free_port, main, plan_floor, require, run_launch, shm_names  # noqa: E402
 from test_tokenizer_pipeline import send_malformed  # noqa: E402
 
 
@@ -33,10 +33,7 @@ class RemoteExpertsTest(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="k3-remote-test-")
         # With an expert server the plan also holds the fetcher's frames in flight, so every
         # budget of the pipeline tests grows by that much (the floor difference) to keep its plan.
-        r = subprocess.run([os.path.join(tp.BIN, "k3-launch"), cls.base.toml, "--budget", "1", "--dry-run",
-                            "--expert-server", "tcp://127.0.0.1:1"], capture_output=True, text=True, timeout=tp.TIMEOUT)
-        assert r.returncode == 6, r.stderr
-        cls.extra = int(r.stderr.split("(")[1].split(" bytes")[0]) - cls.base.floor
+        cls.extra = plan_floor(cls.base.toml, "--expert-server", "tcp://127.0.0.1:1", timeout=tp.TIMEOUT) - cls.base.floor
         assert cls.extra > 0, "the expert server's frames are not in the plan"
 
 
@@ -55,14 +52,11 @@ class RemoteExpertsTest(unittest.TestCase):
 
     def launch(self, budget, port, extra=(), toml=None):
         out_json = os.path.join(self.tmp, "remote-%d.json" % budget)
-        args = [os.path.join(tp.BIN, "k3-launch"), toml or self.base.toml, "--budget", str(budget), "--ids", tp.IDS,
-                "--out", out_json] + (["--expert-server", "tcp://127.0.0.1:%d" % port, "--no-verify"] if port else [])
-        args += list(extra)
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = p.communicate(timeout=tp.TIMEOUT)
-        self.assertEqual(shm_names(p.pid), [], "shared memory left behind")
-        self.assertEqual(children_of(p.pid), [], "processes left behind")
-        return p.returncode, out, err, out_json
+        server = ["--expert-server", "tcp://127.0.0.1:%d" % port, "--no-verify"] if port else []
+        r = run_launch(toml or self.base.toml, "--budget", budget, "--ids", tp.IDS, *server, *extra, out=out_json,
+                       timeout=tp.TIMEOUT)
+        self.assertEqual(r.leftovers, [], "shared memory or processes left behind")
+        return r.returncode, r.stdout, r.stderr, out_json
 
     def test_same_ids_through_the_server(self):
         port = free_port()

@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import test_pipeline as tp  # noqa: E402
-from proc_util import children_of, free_port, main, require, shm_names  # noqa: E402
+from proc_util import free_port, main, require, run_launch  # noqa: E402
 
 GEN = 10
 # Flat enough on random weights that the draw matters; top-k and top-p both bite.
@@ -66,23 +66,13 @@ class SamplingTest(unittest.TestCase):
         return rep
 
     def launch(self, budget, extra, io="pread", threads=1, gen=GEN, ids=tp.IDS):
-        out = os.path.join(self.tmp, "launch.json")
-        args = [os.path.join(tp.BIN, "k3-launch"), self.base.toml, "--budget", str(budget), "--io", io,
-                "--threads", str(threads), "--ids", ids, "--gen", str(gen), "--out", out] + list(extra)
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            stdout, err = p.communicate(timeout=tp.TIMEOUT)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            stdout, err = p.communicate()
-            self.fail("k3-launch timed out: " + err[-2000:])
-        self.assertEqual(shm_names(p.pid), [], "shared memory left behind")
-        self.assertEqual(children_of(p.pid), [], "processes left behind")
-        self.assertEqual(p.returncode, 0, err[-3000:])
-        with open(out) as f:
-            rep = json.load(f)
-        self.assertEqual([int(x) for x in stdout.split()], rep["generated_ids"])
-        return rep, err
+        r = run_launch(self.base.toml, "--budget", budget, "--io", io, "--threads", threads, "--ids", ids, "--gen", gen,
+                       *extra, out=os.path.join(self.tmp, "launch.json"), timeout=tp.TIMEOUT)
+        self.assertEqual(r.leftovers, [], "shared memory or processes left behind")
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertIsNotNone(r.report, "no --out report")
+        self.assertEqual([int(x) for x in r.stdout.split()], r.report["generated_ids"])
+        return r.report, r.stderr
 
     # -- determinism -------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import children_of, main, require, shm_names  # noqa: E402
+from proc_util import main, plan_floor, require, run_launch  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 TESTDATA = os.environ.get("K3_TESTDATA", "")
@@ -51,27 +51,15 @@ class Speculative(unittest.TestCase):
 
     @classmethod
     def plan_floor(cls, toml, *extra):
-        r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", "1", "--dry-run"] + list(extra),
-                           capture_output=True, text=True, timeout=TIMEOUT)
-        assert r.returncode == 6, r.stderr
-        return int(r.stderr.split("(")[1].split(" bytes")[0])
+        return plan_floor(toml, *extra, timeout=TIMEOUT)
 
     def launch(self, toml, name, *args):
         """Runs k3-launch with --out; returns (report, stderr)."""
-        out = os.path.join(self.tmp, name + ".json")
-        p = subprocess.Popen([os.path.join(BIN, "k3-launch"), toml, "--out", out] + list(args),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            _, err = p.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            _, err = p.communicate()
-            self.fail("k3-launch timed out: " + err[-2000:])
-        self.assertEqual(shm_names(p.pid), [], "shared memory left behind")
-        self.assertEqual(children_of(p.pid), [], "processes left behind")
-        self.assertEqual(p.returncode, 0, err[-3000:])
-        with open(out) as f:
-            return json.load(f), err
+        r = run_launch(toml, *args, out=os.path.join(self.tmp, name + ".json"), timeout=TIMEOUT)
+        self.assertEqual(r.leftovers, [], "shared memory or processes left behind")
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertIsNotNone(r.report, "no --out report")
+        return r.report, r.stderr
 
     def dry_toml(self, name, keys):
         """k3-launch --dry-run of a TOML with the tiny model and `keys` (TOML lines)."""

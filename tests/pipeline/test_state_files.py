@@ -17,7 +17,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import last_line, main, require, shm_names  # noqa: E402
+from proc_util import last_line, main, plan_floor, require, run_launch, shm_names  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 TESTDATA = os.environ.get("K3_TESTDATA", "")
@@ -46,10 +46,7 @@ class StateFilesTest(unittest.TestCase):
         cls.toml = os.path.join(cls.tmp, "tiny.toml")
         with open(cls.toml, "w") as f:
             f.write('model = "%s"\nbudget = "1G"\nio = "pread"\nthreads = 1\ncontext = 256\n' % MODEL)
-        r = subprocess.run([os.path.join(BIN, "k3-launch"), cls.toml, "--budget", "1", "--dry-run"],
-                           capture_output=True, text=True, timeout=TIMEOUT)
-        assert r.returncode == 6, r.stderr
-        cls.floor = int(r.stderr.split("(")[1].split(" bytes")[0])  # everything streams here
+        cls.floor = plan_floor(cls.toml, timeout=TIMEOUT)  # everything streams here
         # Run A: P1, G1 tokens, saved (streaming budget, pread, 1 thread).
         cls.a_state = cls.path("a.k3state")
         a = cls.launch(P1, G1, ["--budget", str(cls.floor), "--save-state", cls.a_state])
@@ -75,14 +72,9 @@ class StateFilesTest(unittest.TestCase):
     @classmethod
     def launch(cls, ids, gen, extra=(), model_toml=None):
         out = cls.path("report-%d.json" % len(os.listdir(cls.tmp)))
-        args = [os.path.join(BIN, "k3-launch"), model_toml or cls.toml, "--ids", ids_arg(ids), "--gen", str(gen),
-                "--out", out] + list(extra)
-        r = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT)
-        report = None
-        if r.returncode == 0:
-            with open(out) as f:
-                report = json.load(f)
-        return {"code": r.returncode, "stderr": r.stderr, "stdout": r.stdout, "report": report}
+        r = run_launch(model_toml or cls.toml, "--ids", ids_arg(ids), "--gen", gen, *extra, out=out, timeout=TIMEOUT)
+        return {"code": r.returncode, "stderr": r.stderr, "stdout": r.stdout,
+                "report": r.report if r.returncode == 0 else None}
 
     @classmethod
     def standalone(cls, ids, gen, extra=(), model=MODEL):

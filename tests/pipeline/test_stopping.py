@@ -23,7 +23,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import launch_report, main, require  # noqa: E402
+from proc_util import main, require, run_launch  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -72,10 +72,9 @@ class Stopping(unittest.TestCase):
     def launch(self, toml, *args):
         """Runs k3-launch; returns (rc, stdout, stderr, report)."""
         Stopping.n += 1
-        rc, out, err, report, _, left = launch_report([os.path.join(BIN, "k3-launch"), toml] + list(args),
-                                                      os.path.join(self.tmp, "r%d.json" % Stopping.n), TIMEOUT)
-        self.assertEqual(left, [], "shared memory or processes left behind")
-        return rc, out, err, report
+        r = run_launch(toml, *args, out=os.path.join(self.tmp, "r%d.json" % Stopping.n), timeout=TIMEOUT)
+        self.assertEqual(r.leftovers, [], "shared memory or processes left behind")
+        return r.returncode, r.stdout, r.stderr, r.report
 
     def decode(self, ids):
         r = subprocess.run([os.path.join(BIN, "k3-tokenizer"), "decode", "--vocab", DEMO_MODEL, "--ids",

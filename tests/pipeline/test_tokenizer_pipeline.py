@@ -26,7 +26,7 @@ TIMEOUT = 300
 SPECIALS = ["[BOS]", "[EOS]", "<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>"]
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import children_of, main, require, service_pid, shm_names  # noqa: E402
+from proc_util import children_of, main, require, service_pid, shm_names, start_launch  # noqa: E402
 
 
 def write_vocab(out_dir, vocab_size):
@@ -145,9 +145,8 @@ class TokenizerPipelineTest(unittest.TestCase):
         cls.expected_text = cli(["decode", "--vocab", cls.vocab, "--ids", ",".join(map(str, cls.expected_ids))])
 
     def launch(self, toml, prompt_args, out, extra=()):
-        args = [os.path.join(BIN, "k3-launch"), toml, "--out", out] + list(prompt_args) + list(extra)
         # Unbuffered: tests read the first bytes, then communicate() reads the pipe directly.
-        return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        return start_launch(toml, "--out", out, *prompt_args, *extra, text=False, bufsize=0)
 
     def finish(self, p):
         try:

@@ -21,7 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_pipeline as tp  # noqa: E402
 from expert_files import expert_ranges, standalone_ids, xor_expert  # noqa: E402
-from proc_util import children_of, free_port, main, require, shm_names  # noqa: E402
+from proc_util import children_of, free_port, main, plan_floor, require, shm_names  # noqa: E402
 
 
 def k3_model(*args):
@@ -104,10 +104,8 @@ class TrunkOnlyTest(unittest.TestCase):
             for budget in ("1G", None):  # everything read ahead; the floor (experts on demand)
                 with self.subTest(budget=budget):
                     if budget is None:
-                        r = subprocess.run([os.path.join(tp.BIN, "k3-launch"), self.toml(), "--budget", "1",
-                                            "--dry-run", "--expert-server", "tcp://127.0.0.1:%d" % port],
-                                           capture_output=True, text=True, timeout=tp.TIMEOUT)
-                        budget = r.stderr.split("(")[1].split(" bytes")[0]
+                        budget = str(plan_floor(self.toml(), "--expert-server", "tcp://127.0.0.1:%d" % port,
+                                                timeout=tp.TIMEOUT))
                     p = subprocess.Popen([os.path.join(tp.BIN, "k3-launch"), self.toml(), "--budget", budget, "--ids",
                                           tp.IDS, "--expert-server", "tcp://127.0.0.1:%d" % port],
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -9,7 +9,6 @@ Exit 77 (skipped) when the openai package is not installed (tests/server/setup.s
 import http.client
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -29,7 +28,7 @@ NAME = "k3-demo-tiny"
 PROMPT = "Once upon a time"
 
 sys.path.insert(0, os.path.join(SOURCE, "tests", "pipeline"))
-from proc_util import children_of, free_port, service_pid, shm_names  # noqa: E402
+from proc_util import children_of, free_port, main, require, run_launch, service_pid, shm_names, start_launch  # noqa: E402
 
 
 def write_config(d, extra=""):
@@ -66,8 +65,8 @@ class Server:
         self.port = free_port()
         self.stderr_path = os.path.join(d, "launch-%d.err" % self.port)
         self.err = open(self.stderr_path, "wb")
-        argv = [os.path.join(BIN, "k3-launch"), write_config(d, extra), "--serve", "%s:%d" % (host, self.port)]
-        self.p = subprocess.Popen(argv + list(args), stdout=subprocess.DEVNULL, stderr=self.err)
+        self.p = start_launch(write_config(d, extra), "--serve", "%s:%d" % (host, self.port), *args,
+                              stdout=subprocess.DEVNULL, stderr=self.err, text=False)
         self.base = "http://127.0.0.1:%d" % self.port
         self.key = key
         deadline = time.time() + 60
@@ -104,22 +103,17 @@ class Server:
 def launch_reference(d, prompt, gen, args=()):
     """The same prompt through `k3-launch --prompt`: its report."""
     out = os.path.join(d, "ref.json")
-    argv = [os.path.join(BIN, "k3-launch"), write_config(d), "--prompt", prompt, "--gen", str(gen), "--quiet",
-            "--out", out] + list(args)
-    r = subprocess.run(argv, capture_output=True, timeout=120)
-    assert r.returncode == 0, r.stderr.decode()
-    with open(out) as f:
-        return json.load(f)
+    r = run_launch(write_config(d), "--prompt", prompt, "--gen", gen, "--quiet", *args, out=out, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.report
 
 
 def chat_reference(d, text, gen):
     """One turn of `k3-launch --chat` (stdin piped): the turn of its --out report."""
     out = os.path.join(d, "chat.json")
-    argv = [os.path.join(BIN, "k3-launch"), write_config(d), "--chat", "--gen", str(gen), "--quiet", "--out", out]
-    r = subprocess.run(argv, input=(text + "\n/quit\n").encode(), capture_output=True, timeout=120)
-    assert r.returncode == 0, r.stderr.decode()
-    with open(out) as f:
-        return json.load(f)["turns"][0]
+    r = run_launch(write_config(d), "--chat", "--gen", gen, "--quiet", out=out, input=text + "\n/quit\n", timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.report["turns"][0]
 
 
 def sse_events(base, path, body, headers=None):
@@ -506,7 +500,6 @@ class ServeModeTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if not os.path.exists(os.path.join(HERE, "node_modules", "openai", "package.json")):
-        print("skipped: the openai npm package is not installed (tests/server/setup.sh)")
-        sys.exit(77)
-    unittest.main()
+    require(os.path.exists(os.path.join(HERE, "node_modules", "openai", "package.json")),
+            "the openai npm package is not installed (tests/server/setup.sh)")
+    main()
