@@ -59,6 +59,7 @@ std::string RequestNames(std::string s) {
   std::string name = s.substr(2, end - 2);
   for (char& c : name)
     if (c == '-') c = '_';
+  if (name == "repeat_penalty") name = "repetition_penalty";  // the request's field (vLLM's name)
   return "'" + name + "'" + s.substr(end);
 }
 
@@ -121,9 +122,11 @@ void ParseChat(const json& body, RequestSpec& r) {
   } else if (Field(body, "top_logprobs")) {
     throw Bad{"'top_logprobs' needs 'logprobs': true"};
   }
-  const json* mt = Field(body, "max_completion_tokens");
-  if (!mt) mt = Field(body, "max_tokens");
-  if (mt) r.max_tokens = Integer(*mt, "max_tokens");
+  const char* name = "max_completion_tokens";
+  const json* mt = Field(body, name);
+  if (!mt) mt = Field(body, name = "max_tokens");
+  if (mt) r.max_tokens = Integer(*mt, name);
+  if (r.max_tokens && *r.max_tokens < 1) throw Bad{std::string("'") + name + "' must be at least 1"};
 }
 
 void ParseCompletion(const json& body, RequestSpec& r) {
