@@ -19,7 +19,6 @@ it, or when the kernel refuses namespaces, veth pairs or tbf. The namespaces are
 end, on failure too (and leftovers of a killed earlier run are removed at the start).
 Environment: K3_BIN.
 """
-import json
 import os
 import re
 import shutil
@@ -31,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from proc_util import children_of, shm_names  # noqa: E402
+from proc_util import run_launch  # noqa: E402
 
 BIN = os.environ.get("K3_BIN", "")
 GENERATOR = os.path.join(HERE, "..", "generator")
@@ -134,18 +133,13 @@ def check(cond, msg):
 
 
 def run(toml, model, eps, extra, tag, tmp):
-    out_json = os.path.join(tmp, tag + ".json")
-    args = [os.path.join(BIN, "k3-launch"), toml, "--model", model, "--ids", IDS, "--gen", str(GEN), "--ignore-eos",
-            "--expert-slots", str(TOP_K), "--out", out_json]
-    for ep in eps:
-        args += ["--expert-server", ep]
-    p = subprocess.Popen(args + (extra if eps else []), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = p.communicate(timeout=TIMEOUT)
-    check(p.returncode == 0, "%s run: exit %d\n%s" % (tag, p.returncode, err[-3000:]))
-    check(shm_names(p.pid) == [] and children_of(p.pid) == [], "%s run left shared memory or processes" % tag)
-    with open(out_json) as f:
-        report = json.load(f)
-    return [int(x) for x in out.split()], report
+    servers = [a for ep in eps for a in ("--expert-server", ep)]
+    r = run_launch(toml, "--model", model, "--ids", IDS, "--gen", GEN, "--ignore-eos", "--expert-slots", TOP_K,
+                   *servers, *(extra if eps else []), out=os.path.join(tmp, tag + ".json"), timeout=TIMEOUT)
+    check(r.returncode == 0, "%s run: exit %d\n%s" % (tag, r.returncode, r.stderr[-3000:]))
+    check(r.leftovers == [], "%s run left shared memory or processes" % tag)
+    check(r.report is not None, "%s run wrote no report" % tag)
+    return [int(x) for x in r.stdout.split()], r.report
 
 
 def measure(links, tmp):

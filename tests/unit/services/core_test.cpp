@@ -9,7 +9,7 @@
 #include "services/expert_fetcher/expert_cache.h"
 #include "services/trunk_reader/ring_scheduler.h"
 #include "services/trunk_reader/trunk_layout.h"
-#include "tests/unit/services/service_harness.h"
+#include "tests/pipeline/services/service_harness.h"
 
 namespace k3::svc {
 namespace {

@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "services/tokenizer/service_process.h"
 #include "test_vocab.h"
-#include "tests/unit/services/service_harness.h"
+#include "tests/pipeline/services/service_harness.h"
 
 namespace k3::tok {
 namespace {
