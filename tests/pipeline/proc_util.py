@@ -170,8 +170,9 @@ def require(ok, reason):
 
 
 def main():
-    """unittest.main for a ctest script: exit 1 when a case failed or errored, 77 when any case
-    or class was skipped (what it exists for did not all run), 0 when every case ran and passed."""
+    """unittest.main for a ctest script: exit 1 when a case failed or errored or none ran, 77 when
+    any case or class was skipped (what it exists for did not all run), 0 when every case ran and
+    passed."""
     import unittest
     prog = unittest.main(argv=[sys.argv[0]] + sys.argv[1:], exit=False)
     result = prog.result
@@ -181,4 +182,7 @@ def main():
         for case, reason in result.skipped:
             print("SKIP: %s: %s" % (case.id(), reason), flush=True)
         sys.exit(SKIP)
+    if result.testsRun == 0:
+        print("FAIL: no test ran", flush=True)
+        sys.exit(1)
     sys.exit(0)
