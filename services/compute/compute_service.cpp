@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <type_traits>
+#include <variant>
 #include <zmq.hpp>
 
 #include "common/error.h"
@@ -62,13 +64,12 @@ class ComputeService : private SchedulerPort {
     return std::move(m->message);
   }
   void Send(Outgoing m) override {
-    if (auto* s = std::get_if<StatsOut>(&m)) {
-      ctl_.Stats(s->stats);
-      return;
-    }
-    std::visit([this](auto& v) {
-      if constexpr (!std::is_same_v<std::decay_t<decltype(v)>, StatsOut>) ipc::SendMessage(launcher_, ipc::Encode(v));
-    }, m);
+    std::visit(
+        [this](const auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, StatsOut>) ctl_.Stats(v.stats);
+          else ipc::SendMessage(launcher_, ipc::Encode(v));
+        },
+        m);
   }
   bool StopRequested() override { return stop_(); }
   uint64_t ControlRejects() const override { return ctl_.rejects().rejected; }

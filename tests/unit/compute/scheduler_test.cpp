@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "common/error.h"
 #include "forward.h"
@@ -185,11 +188,12 @@ class SchedulerTest : public TinyCheckpoint {
     ref_ = std::make_unique<Forward>(cfg_, globals_, *layers_, *experts_);
   }
 
-  // A core over fwd_ with these options (identify unused: no StateOp here).
+  // A core over fwd_ with these options.
   Scheduler& Core(int max_batch, int64_t prefix_cache_bytes = 0) {
     SchedulerOptions o;
     o.max_batch = max_batch;
     o.prefix_cache_bytes = prefix_cache_bytes;
+    o.identify = [] { return state::IdentifyModel(TinyDir()); };
     core_ = std::make_unique<Scheduler>(cfg_, *fwd_, counters_, port_, std::move(o));
     return *core_;
   }
@@ -427,6 +431,34 @@ TEST_F(SchedulerTest, KeepStateRunsAloneAfterTheBatchAndContinuesTheSequence) {
   EXPECT_EQ(port_.Tokens(2), Solo(Gen(9, whole, 3)));
   EXPECT_EQ(port_.DoneOf(2)->stats.position, static_cast<int32_t>(whole.size() + 3));
   EXPECT_EQ(core.sequence_ids().size(), whole.size() + 3);
+}
+
+// Save, Reset and Load between requests (StateDone says where the sequence is), and a
+// keep_state request after the Load continues the saved sequence exactly.
+TEST_F(SchedulerTest, StateOpsSaveResetLoadAndTheSequenceContinues) {
+  Scheduler& core = Core(2);
+  const std::string path = ::testing::TempDir() + "/scheduler-state-" + std::to_string(::getpid()) + ".k3s";
+  const std::vector<int32_t> P = {1, 5, 9, 200, 77, 3};
+  cp::Generate k = Gen(5, {42}, 3);
+  k.keep_state = true;
+  port_.inbox = {Gen(1, P, 3), cp::StateOp{2, cp::StateAction::kSave, path, "x"},
+                 cp::StateOp{3, cp::StateAction::kReset, "", ""}, cp::StateOp{4, cp::StateAction::kLoad, path, ""}, k};
+  core.Drain();
+  std::filesystem::remove(path);
+  std::vector<cp::StateDone> done;
+  for (const Outgoing& m : port_.sent)
+    if (const auto* d = std::get_if<cp::StateDone>(&m)) done.push_back(*d);
+  ASSERT_EQ(done.size(), 3u);
+  std::vector<int32_t> seq = P;
+  const std::vector<int32_t> t1 = port_.Tokens(1);
+  seq.insert(seq.end(), t1.begin(), t1.end());
+  for (const cp::StateDone& d : done) EXPECT_TRUE(d.ok) << d.request_id << ": " << d.error;
+  EXPECT_EQ(done[0].ids, seq);
+  EXPECT_EQ(done[1].position, 0);
+  EXPECT_EQ(done[2].ids, seq);
+  EXPECT_EQ(done[2].extra, "x");
+  seq.push_back(42);
+  EXPECT_EQ(port_.Tokens(5), Solo(Gen(9, seq, 3)));
 }
 
 }  // namespace
