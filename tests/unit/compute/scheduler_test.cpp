@@ -459,6 +459,11 @@ TEST_F(SchedulerTest, StateOpsSaveResetLoadAndTheSequenceContinues) {
   EXPECT_EQ(done[2].extra, "x");
   seq.push_back(42);
   EXPECT_EQ(port_.Tokens(5), Solo(Gen(9, seq, 3)));
+  // From the loaded state: only the last generated id (never fed) and the new one are fed.
+  int64_t prefill = 0;
+  for (const cp::Step& st : port_.Steps())
+    if (st.request_ids == std::vector<uint64_t>{5}) prefill += st.prefill_rows;
+  EXPECT_EQ(prefill, 2);
 }
 
 }  // namespace
