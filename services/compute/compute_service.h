@@ -6,6 +6,7 @@
 // during a request (seen within 50 ms at a safe point), ends the request with its Stats and
 // Done, then exit 5 (docs/pipeline.md "k3-compute"). A Generate without keep_state starts from
 // the longest cached prefix snapshot (prefix_cache.h; RunStats.cached_tokens says how many ids).
+// What to run and what to answer is the Scheduler's (scheduler.h); this shell only feeds it.
 #pragma once
 #include <string>
 

@@ -25,22 +25,15 @@
 #include "common/ipc/zmq_channel.h"
 #include "common/plan/trunk_pieces.h"
 #include "common/safetensors.h"
+#include "pipeline_counters.h"
 #include "sources.h"
 
 namespace k3::compute {
 
-struct PipelineCounters {
-  double trunk_wait_seconds = 0, expert_wait_seconds = 0;
-  uint64_t trunk_streamed_bytes = 0;  // ring layers used (each use counted)
-  uint64_t layer_wants = 0, expert_requests = 0, expert_rerequests = 0;
-  uint64_t stale_refs = 0;            // references found stale before or after use
-  uint64_t hints_sent = 0;            // next-layer guesses sent to the fetcher (Prefetch priority)
-  ipc::RejectCounter rejects;
-};
-
 // One slice of a wait for weights: throws StopAtSafePoint when `stop` (may be empty) says so,
 // else returns the earlier of `deadline` and 50 ms from now.
 ipc::Clock::time_point WaitSlice(const std::function<bool()>& stop, ipc::Clock::time_point deadline);
+double SecondsSince(ipc::Clock::time_point t0);  // the sources' wait counters (pipeline_wait.cpp)
 
 // What the plan streams of the model-level tensors (docs/pipeline.md "Streamed embedding and
 // lm_head"): embedding rows through `embed_window` (null: resident), lm_head in ring chunks.
@@ -75,7 +68,7 @@ class PipelineLayerSource : public LayerSource, public HeadSource {
   bool Usable(const ipc::weights::LayerReady& r) const;
   void DrainArrived();  // handles announcements that already arrived, without blocking
   const ipc::weights::LayerReady& WaitFor(int32_t layer, int32_t piece = 0);
-  // Pieces (pipeline_sources.cpp): whether a streamed layer is cut at this slot size, binding
+  // Pieces (pipeline_pieces.cpp): whether a streamed layer is cut at this slot size, binding
   // one from its small tensors, and the cursor over its pieces' runs.
   bool Pieced(int64_t layer) const;
   void CheckPieces(const ipc::weights::LayerReady& r) const;
