@@ -1,6 +1,7 @@
 // The one catch block of every main(): a k3::Error becomes "<binary>: <message>" on stderr and
 // its exit code, any other exception exit 1 (docs/exit-codes.md); a closed stdout (StdoutClosed)
-// is exit 5 without a line. Used by every binary:
+// is exit 5 without a line. The flags are parsed inside it (common/cli_parse.h), so a bad flag
+// is such a line too. Used by every binary:
 //
 //     int main(int argc, char** argv) { return k3::RunMain("k3-launch", [&] { return Main(argc, argv); }); }
 #pragma once
@@ -21,30 +22,22 @@ inline void PrintError(std::string_view binary, std::string_view message) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-// Runs `body` (returning the exit code); on an exception prints the one line, calls
-// `on_error(code, message)` (e.g. to tell the launcher the service is dead) and returns the code.
-template <class Body, class OnError>
-int RunMain(std::string_view binary, Body&& body, OnError&& on_error) {
-  ExitCode code = kExitRuntime;
-  std::string message;
+// Runs `body` (returning the exit code); on an exception prints the one line and returns the
+// code. (A pipeline service has also told the launcher by then: svc::RunService sends Dead and
+// rethrows, common/service/service_shell.h.)
+template <class Body>
+int RunMain(std::string_view binary, Body&& body) {
   try {
     return body();
   } catch (const StdoutClosed&) {
     return kExitInterrupted;  // nobody is reading: end quietly
   } catch (const Error& e) {
-    code = e.code();
-    message = e.what();
+    PrintError(binary, e.what());
+    return e.code();
   } catch (const std::exception& e) {
-    message = e.what();
+    PrintError(binary, e.what());
+    return kExitRuntime;
   }
-  PrintError(binary, message);
-  on_error(code, message);
-  return code;
-}
-
-template <class Body>
-int RunMain(std::string_view binary, Body&& body) {
-  return RunMain(binary, static_cast<Body&&>(body), [](ExitCode, const std::string&) {});
 }
 
 }  // namespace k3

@@ -19,7 +19,7 @@
 #include "common/sampling_check.h"
 #include "common/sampling_flags.h"
 #include "common/plan/memory_plan.h"
-#include "common/version.h"
+#include "common/cli_parse.h"
 
 namespace k3::launch {
 namespace {
@@ -200,7 +200,6 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
 std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   LaunchOptions cli;
   CLI::App app{"k3-launch: run Kimi K3 as a pipeline of services within a memory budget"};
-  app.set_version_flag("--version", VersionLine("k3-launch"));
   app.add_option("config", cli.config_path, "TOML configuration (configs/*.toml)")->required();
   app.add_option("--budget", cli.budget, "memory budget for everything: 8G, 32G, 128G, auto");
   app.add_option("--model", cli.model, "checkpoint directory (overrides the TOML)");
@@ -284,14 +283,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   app.add_option("--http-threads", cli.http_threads,
                  "serve: HTTP connection threads (default max_batch + queue_size + 4); more connections: 429");
   app.add_option("--max-body-bytes", cli.max_body_bytes, "serve: largest request body in bytes (default 1 MiB); larger: 413");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    app.exit(e);
-    return std::nullopt;
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(e.what());
-  }
+  if (!ParseCommandLine(app, argc, argv, "k3-launch")) return std::nullopt;  // --help, --version
 
   LaunchOptions opt;
   std::ifstream in(cli.config_path);

@@ -9,18 +9,17 @@
 #include <cstdio>
 #include <string>
 
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/io/block_reader.h"
 #include "common/io/io_internal.h"
 #include "common/process_init.h"
 #include "common/read_window.h"
 #include "common/run_main.h"
-#include "common/version.h"
 
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
   CLI::App app{"k3-disk-bench: sequential read bandwidth of one file"};
-  app.set_version_flag("--version", k3::VersionLine("k3-disk-bench"));
   std::string file, backend = "direct";
   int depth = 8;
   uint64_t chunk = 4u << 20, limit = 0, batch = 0;
@@ -30,12 +29,8 @@ int main(int argc, char** argv) {
   app.add_option("--chunk", chunk, "bytes per request (a multiple of 4096, the read-window block)");
   app.add_option("--batch", batch, "bytes per batch, each read to the end before the next (0 = depth x chunk)");
   app.add_option("--bytes", limit, "read at most this many bytes (0 = whole file)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? k3::kExitOk : k3::kExitUsage;
-  }
-  return k3::RunMain("k3-disk-bench", [&] {
+  return k3::RunMain("k3-disk-bench", [&]() -> int {
+    if (!k3::ParseCommandLine(app, argc, argv, "k3-disk-bench")) return k3::kExitOk;
     k3::io::ReaderOptions opts;
     opts.threads = depth;
     opts.queue_depth = depth;

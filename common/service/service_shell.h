@@ -1,9 +1,12 @@
 // Process-shell pieces shared by the pipeline services (trunk reader, expert fetcher, tokenizer
-// serve, compute --pipeline): the weight services' common flags and main(), the service-loop
-// wait, stop signals, the control link to the launcher (Hello, Ready, Stats, Dead, Shutdown),
-// the stop check for long work and number formatting for the progress and stats lines.
+// serve, compute --pipeline, k3-server): the one lifecycle they run on, the weight services'
+// common flags, the service-loop wait, stop signals, the control link to the launcher (Hello,
+// Ready, Stats, Dead, Shutdown), the stop check for long work and number formatting for the
+// progress and stats lines. (k3-expert-server, started by hand, has no control link: it uses
+// only the stop signals, the read worker and the formatting.)
 //
-// Thread-safety: ControlLink is used from the service thread only; the signal flag is atomic.
+// Thread-safety: a ControlLink is used by one thread at a time (k3-server's engine thread has it
+// while the HTTP server runs); the signal flag is atomic.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <zmq.hpp>
@@ -17,8 +20,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/run_main.h"
-#include "common/version.h"
 #include "common/ipc/messages.h"
 #include "common/ipc/zmq_channel.h"
 
@@ -79,29 +80,48 @@ class StopPoll {
 std::string FormatBytes(uint64_t bytes);  // "1.2 GiB", "850.0 MiB", "12 KiB", "17 B"
 double MBps(uint64_t bytes, double seconds);  // 1e6-byte megabytes per second (0 when no time)
 
-// The lifecycle every pipeline service shares: Hello, start-up work, Ready with its stats,
-// serve until Shutdown or a stop signal, final Stats (not sent when FinalStats() is empty:
-// compute sends its Stats with each request). An error is reported to the launcher as Dead
-// and becomes the exit code (docs/exit-codes.md); `binary` prefixes the one-line message.
-// Service needs Start(), StartStats(), Serve(), Finish() and FinalStats(); a service that can
-// be stopped inside a request by a Shutdown also has Interrupted() (then exit 5 as for a signal).
+// The lifecycle every pipeline service runs on: Hello, start-up work (Service's constructor and
+// Start()), Ready with StartStats(), Serve() until a Shutdown or a stop signal, Finish(), final
+// Stats (not sent when FinalStats() is empty: compute sends its Stats with each request), then
+// exit 0 after a Shutdown or 5 after a stop signal; a service that can be stopped inside a
+// request by a Shutdown also has Interrupted() (then 5 as for a signal). An error on the way is
+// sent to the launcher as Dead (its code and message) and rethrown, for main()'s RunMain to
+// print as the one line "<binary>: <message>" and return as the exit code (docs/exit-codes.md).
 template <class Service, class... Args>
-int RunServiceLifecycle(const char* binary, ControlLink& ctl, Args&&... args) {
-  return k3::RunMain(
-      binary,
-      [&] {
-        ctl.Hello();
-        Service service(std::forward<Args>(args)...);
-        service.Start();
-        ctl.Ready(service.StartStats());
-        service.Serve();
-        service.Finish();
-        if (const std::vector<ipc::control::Stat> stats = service.FinalStats(); !stats.empty()) ctl.Stats(stats);
-        bool interrupted = StopRequested();
-        if constexpr (requires { service.Interrupted(); }) interrupted = interrupted || service.Interrupted();
-        return interrupted ? kExitInterrupted : kExitOk;
-      },
-      [&](ExitCode code, const std::string& why) { ctl.Dead(code, why); });
+int RunServiceLifecycle(ControlLink& ctl, Args&&... args) {
+  try {
+    ctl.Hello();
+    Service service(std::forward<Args>(args)...);
+    service.Start();
+    ctl.Ready(service.StartStats());
+    service.Serve();
+    service.Finish();
+    if (const std::vector<ipc::control::Stat> stats = service.FinalStats(); !stats.empty()) ctl.Stats(stats);
+    bool interrupted = StopRequested();
+    if constexpr (requires { service.Interrupted(); }) interrupted = interrupted || service.Interrupted();
+    return interrupted ? kExitInterrupted : kExitOk;
+  } catch (const StdoutClosed&) {
+    throw;  // a requested stop, not a death (RunMain: exit 5, quiet)
+  } catch (const Error& e) {
+    ctl.Dead(e.code(), e.what());
+    throw;
+  } catch (const std::exception& e) {
+    ctl.Dead(kExitRuntime, e.what());
+    throw;
+  }
+}
+
+// The process shell of every pipeline service (trunk reader, expert fetcher, compute
+// --pipeline, tokenizer serve, k3-server), called inside main()'s RunMain once the flags are
+// parsed and checked: installs the stop signals, connects to the launcher at `control` as
+// `service` and runs the lifecycle with Service(flags, ctx, ctl). A control endpoint that
+// cannot be connected is a usage error (one line, exit 2) and sends no Dead: there is no link.
+template <class Service, class Flags>
+int RunService(const std::string& control, const char* service, const Flags& flags) {
+  InstallStopSignals();
+  zmq::context_t ctx;
+  ControlLink ctl(ctx, control, service);
+  return RunServiceLifecycle<Service>(ctl, flags, ctx, ctl);
 }
 
 // The flags every weight service takes; a service's own Flags derive from this.
@@ -112,26 +132,5 @@ struct WeightServiceFlags {
 
 // Registers --model, --control and --bind (required), --io and --inflight on `app`.
 void AddWeightServiceFlags(CLI::App& app, WeightServiceFlags& f);
-
-// The main() of a weight service: parses `app` (--help, --version: exit 0; bad flags: exit 2,
-// the usage code), installs the stop signals, connects to the launcher as `service` and runs
-// the lifecycle with Service(flags, ctx, ctl). A control endpoint that cannot be connected is
-// an error like any other (one line, exit 1).
-template <class Service, class Flags>
-int RunWeightService(CLI::App& app, int argc, char** argv, const Flags& f, const char* binary,
-                     const char* service) {
-  app.set_version_flag("--version", VersionLine(binary));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
-  }
-  InstallStopSignals();
-  return k3::RunMain(binary, [&] {
-    zmq::context_t ctx;
-    ControlLink ctl(ctx, f.control, service);
-    return RunServiceLifecycle<Service>(binary, ctl, f, ctx, ctl);
-  });
-}
 
 }  // namespace k3::svc

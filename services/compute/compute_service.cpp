@@ -148,10 +148,7 @@ int RunComputeService(const PipelineOptions& opt) {
     if (s->empty())
       throw UsageError("--pipeline needs --model --control --endpoint --trunk --experts --pinned-arena "
                        "--ring-arena --experts-arena");
-  svc::InstallStopSignals();
-  zmq::context_t ctx;
-  svc::ControlLink ctl(ctx, opt.control, "compute");
-  return svc::RunServiceLifecycle<ComputeService>("k3-compute", ctl, opt, ctx, ctl);
+  return svc::RunService<ComputeService>(opt.control, "compute", opt);
 }
 
 }  // namespace k3::compute

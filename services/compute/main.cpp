@@ -8,14 +8,13 @@
 #include <cstdio>
 #include <string>
 
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/id_list.h"
 #include "common/plan/memory_plan.h"
 #include "common/process_init.h"
-#include "common/plan/memory_plan.h"
 #include "common/run_main.h"
 #include "common/sampling_flags.h"
-#include "common/version.h"
 #include "compute_service.h"
 #include "omp_policy.h"
 #include "standalone.h"
@@ -41,7 +40,6 @@ int main(int argc, char** argv) {
   std::string ids_text;
   double mla_eps = 0;
   CLI::App app{"k3-compute: Kimi K3 forward pass"};
-  app.set_version_flag("--version", k3::VersionLine("k3-compute"));
   app.add_option("--standalone", opt.model_dir, "checkpoint directory (standalone mode)");
   app.add_option("--ids", ids_text, "prompt token ids, comma separated");
   app.add_option("--gen", opt.gen, "tokens to generate (0 = prefill only)");
@@ -104,15 +102,8 @@ int main(int argc, char** argv) {
   app.add_option("--prefix-cache", prefix_cache,
                  "pipeline: bound of the prefix-snapshot cache, a size like 512M (a new sequence starts from the "
                  "longest cached prefix of its prompt; the same ids); 0 = off (default; k3-launch passes its plan's)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    k3::PrintError("k3-compute", e.what());
-    return k3::kExitUsage;
-  }
-  return k3::RunMain("k3-compute", [&] {
+  return k3::RunMain("k3-compute", [&]() -> int {
+    if (!k3::ParseCommandLine(app, argc, argv, "k3-compute")) return k3::kExitOk;
     if (app.get_option("--threads")->count() > 0) CheckThreads(opt.threads);
     if (pipeline) {
       pipe.threads = opt.threads;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/ipc/protocol.h"
 #include "common/ipc/shm_arena.h"
@@ -30,6 +31,7 @@
 #include "services/expert_fetcher/expert_verify.h"
 #include "services/expert_fetcher/remote_reads.h"
 #include "common/process_init.h"
+#include "common/run_main.h"
 
 namespace k3::svc {
 namespace {
@@ -418,7 +420,8 @@ int Main(int argc, char** argv) {
   app.get_option("--remote-server-key")->needs(app.get_option("--remote-client-key"));
   app.add_option("--manifest", f.manifest, "expert manifest (default: k3-manifest.json in the model directory)");
   app.add_flag("--no-verify", f.no_verify, "do not check experts from --remote against a manifest");
-  return RunWeightService<ExpertFetcher>(app, argc, argv, f, "k3-expert-fetcher", kService);
+  if (!ParseCommandLine(app, argc, argv, "k3-expert-fetcher")) return kExitOk;
+  return RunService<ExpertFetcher>(f.control, kService, f);
 }
 
 }  // namespace
@@ -426,5 +429,5 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
-  return k3::svc::Main(argc, argv);
+  return k3::RunMain("k3-expert-fetcher", [&] { return k3::svc::Main(argc, argv); });
 }

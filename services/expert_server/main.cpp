@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/ipc/curve.h"
 #include "common/ipc/protocol.h"
@@ -47,7 +48,6 @@
 #include "common/model_config.h"
 #include "common/read_window.h"
 #include "common/run_main.h"
-#include "common/version.h"
 #include "common/safetensors.h"
 #include "common/service/read_worker.h"
 #include "common/service/service_shell.h"
@@ -299,7 +299,6 @@ int Main(int argc, char** argv) {
   Flags f;
   std::string keygen_name;
   CLI::App app{"k3-expert-server: routed-expert bytes over ZeroMQ for a k3-expert-fetcher --remote"};
-  app.set_version_flag("--version", VersionLine("k3-expert-server"));
   CLI::App* keygen = app.add_subcommand("keygen", "write a CURVE key pair: NAME (public) and NAME_secret (mode 0600)");
   keygen->add_option("NAME", keygen_name, "certificate path; NAME_secret is written next to it")->required();
   app.add_option("--model", f.model, "checkpoint directory (required to serve)");
@@ -327,41 +326,34 @@ int Main(int argc, char** argv) {
   app.add_option("--buffer-mib", f.buffer_mib,
                  "read buffers in MiB, at most; reads wait for a buffer beyond it (default 256)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  if (!ParseCommandLine(app, argc, argv, "k3-expert-server")) return kExitOk;
+  if (keygen->parsed()) {
+    ipc::WriteCertificatePair(keygen_name, ipc::GenerateCurveKeys());
+    std::printf("%s: public certificate\n%s_secret: secret certificate (mode 0600)\n", keygen_name.c_str(),
+                keygen_name.c_str());
+    return kExitOk;
   }
-  if (keygen->parsed())
-    return k3::RunMain("k3-expert-server", [&] {
-      ipc::WriteCertificatePair(keygen_name, ipc::GenerateCurveKeys());
-      std::printf("%s: public certificate\n%s_secret: secret certificate (mode 0600)\n", keygen_name.c_str(),
-                  keygen_name.c_str());
-      return kExitOk;
-    });
   InstallStopSignals();
-  return k3::RunMain("k3-expert-server", [&] {
-    if (f.model.empty() || f.bind.empty()) throw UsageError("--model and --bind are required (or: keygen NAME)");
-    if (!f.key.empty() && f.insecure) throw UsageError("--insecure and --key exclude each other");
-    if (f.key.empty() && !f.allow.empty()) throw UsageError("--allow needs --key");
-    if (!f.key.empty() && f.allow.empty())
-      throw UsageError("--key needs --allow: the client certificates (or a directory of them) that may connect");
-    // The longest request the server answers must get through libzmq (4 bytes per expert).
-    const int64_t longest_request = 1024 + 4 * int64_t{f.max_request_experts};
-    if (f.max_message_bytes < longest_request)
-      throw UsageError("--max-message-bytes " + std::to_string(f.max_message_bytes) + " is below a request of " +
-                       std::to_string(f.max_request_experts) + " experts (--max-request-experts): at least " +
-                       std::to_string(longest_request));
-    if (f.key.empty() && !f.insecure && !LocalOnlyEndpoint(f.bind))
-      throw UsageError(f.bind + " is reachable from other machines: pass --key and --allow (CURVE), or --insecure");
-    BufferPool pool(kReadAlign, 64, static_cast<uint64_t>(f.buffer_mib) << 20);  // before the context: destroyed after it
-    zmq::context_t ctx;
-    ExpertServer server(f, ctx, pool);
-    server.Start();
-    server.Serve();
-    server.Report();
-    return kExitInterrupted;  // it only stops on a signal
-  });
+  if (f.model.empty() || f.bind.empty()) throw UsageError("--model and --bind are required (or: keygen NAME)");
+  if (!f.key.empty() && f.insecure) throw UsageError("--insecure and --key exclude each other");
+  if (f.key.empty() && !f.allow.empty()) throw UsageError("--allow needs --key");
+  if (!f.key.empty() && f.allow.empty())
+    throw UsageError("--key needs --allow: the client certificates (or a directory of them) that may connect");
+  // The longest request the server answers must get through libzmq (4 bytes per expert).
+  const int64_t longest_request = 1024 + 4 * int64_t{f.max_request_experts};
+  if (f.max_message_bytes < longest_request)
+    throw UsageError("--max-message-bytes " + std::to_string(f.max_message_bytes) + " is below a request of " +
+                     std::to_string(f.max_request_experts) + " experts (--max-request-experts): at least " +
+                     std::to_string(longest_request));
+  if (f.key.empty() && !f.insecure && !LocalOnlyEndpoint(f.bind))
+    throw UsageError(f.bind + " is reachable from other machines: pass --key and --allow (CURVE), or --insecure");
+  BufferPool pool(kReadAlign, 64, static_cast<uint64_t>(f.buffer_mib) << 20);  // before the context: destroyed after it
+  zmq::context_t ctx;
+  ExpertServer server(f, ctx, pool);
+  server.Start();
+  server.Serve();
+  server.Report();
+  return kExitInterrupted;  // it only stops on a signal
 }
 
 }  // namespace
@@ -369,5 +361,5 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
-  return k3::svc::Main(argc, argv);
+  return k3::RunMain("k3-expert-server", [&] { return k3::svc::Main(argc, argv); });
 }

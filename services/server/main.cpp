@@ -20,6 +20,7 @@
 #include <iostream>
 #include <thread>
 
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/id_list.h"
 #include "common/loopback.h"
@@ -27,7 +28,6 @@
 #include "common/run_main.h"
 #include "common/sampling_check.h"
 #include "common/service/service_shell.h"
-#include "common/version.h"
 #include "services/server/engine.h"
 #include "services/server/http_api.h"
 
@@ -56,47 +56,66 @@ std::pair<std::string, int> SplitListen(const std::string& s) {
   return {host, static_cast<int>(p)};
 }
 
-int Serve(Flags& f, svc::ControlLink& ctl, zmq::context_t& ctx) {
-  const auto [host, port] = SplitListen(f.listen);
-  ctl.Hello();
-  server::Metrics metrics;
-  server::Engine engine(ctx, ctl, f.engine, metrics);
-  httplib::Server svr;
-  server::InstallRoutes(svr, engine, metrics, f.http);
-  int bound = port;
-  if (port == 0) bound = svr.bind_to_any_port(host);
-  else if (!svr.bind_to_port(host, port)) bound = -1;
-  if (bound <= 0) throw RuntimeFailure("cannot listen on " + f.listen + ": " + std::strerror(errno));
-  std::cerr << "[server] listening on http://" << (host.find(':') != std::string::npos ? "[" + host + "]" : host) << ":"
-            << bound << " as model '" << f.http.model_name << "' (max_batch " << f.engine.max_batch << ", queue "
-            << f.engine.queue_size << ", " << f.http.threads << " connection threads)\n";
-  ctl.Ready({{"port", static_cast<double>(bound)}});
-  // From here the engine thread alone uses the control socket.
-  std::atomic<bool> listen_over{false};
-  std::exception_ptr engine_error;
-  std::thread engine_thread([&] {
-    auto stop_http = [&] {
-      while (!svr.is_running() && !listen_over) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      svr.stop();
-    };
-    try {
-      engine.Run(stop_http);
-    } catch (...) {
-      engine_error = std::current_exception();
-      stop_http();
-    }
-  });
-  svr.listen_after_bind();
-  listen_over = true;
-  engine_thread.join();
-  if (engine_error) std::rethrow_exception(engine_error);
-  return svc::StopRequested() ? kExitInterrupted : kExitOk;
-}
+// The service the shell's RunServiceLifecycle drives (common/service/service_shell.h): Ready
+// once the HTTP port is bound (its stat "port" is the one bound, for --listen HOST:0); no final
+// Stats (the launcher gets compute's).
+class Server {
+ public:
+  Server(const Flags& f, zmq::context_t& ctx, svc::ControlLink& ctl)
+      : f_(f), listen_(SplitListen(f.listen)), engine_(ctx, ctl, f.engine, metrics_) {}
+
+  void Start() {
+    const auto& [host, port] = listen_;
+    server::InstallRoutes(svr_, engine_, metrics_, f_.http);
+    bound_ = port;
+    if (port == 0) bound_ = svr_.bind_to_any_port(host);
+    else if (!svr_.bind_to_port(host, port)) bound_ = -1;
+    if (bound_ <= 0) throw RuntimeFailure("cannot listen on " + f_.listen + ": " + std::strerror(errno));
+    std::cerr << "[server] listening on http://" << (host.find(':') != std::string::npos ? "[" + host + "]" : host)
+              << ":" << bound_ << " as model '" << f_.http.model_name << "' (max_batch " << f_.engine.max_batch
+              << ", queue " << f_.engine.queue_size << ", " << f_.http.threads << " connection threads)\n";
+  }
+
+  std::vector<ipc::control::Stat> StartStats() const { return {{"port", static_cast<double>(bound_)}}; }
+
+  // Until a Shutdown or a stop signal (the engine's loop sees them and stops the HTTP server).
+  // From here until Serve returns, the engine thread alone uses the control socket.
+  void Serve() {
+    std::atomic<bool> listen_over{false};
+    std::exception_ptr engine_error;
+    std::thread engine_thread([&] {
+      auto stop_http = [&] {
+        while (!svr_.is_running() && !listen_over) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        svr_.stop();
+      };
+      try {
+        engine_.Run(stop_http);
+      } catch (...) {
+        engine_error = std::current_exception();
+        stop_http();
+      }
+    });
+    svr_.listen_after_bind();
+    listen_over = true;
+    engine_thread.join();
+    if (engine_error) std::rethrow_exception(engine_error);
+  }
+
+  void Finish() {}
+  std::vector<ipc::control::Stat> FinalStats() const { return {}; }
+
+ private:
+  const Flags& f_;
+  std::pair<std::string, int> listen_;
+  server::Metrics metrics_;  // before engine_, which counts into it
+  server::Engine engine_;
+  httplib::Server svr_;
+  int bound_ = -1;
+};
 
 int Main(int argc, char** argv) {
   Flags f;
   CLI::App app{"k3-server: OpenAI-compatible HTTP server of a k3 run (started by k3-launch --serve)"};
-  app.set_version_flag("--version", VersionLine("k3-server"));
   app.add_option("--control", f.control, "the launcher's control endpoint")->required();
   app.add_option("--compute", f.compute, "the compute endpoint to bind (k3-compute connects to it)")->required();
   app.add_option("--tokenizer", f.tokenizer, "the tokenizer service's endpoint")->required();
@@ -126,52 +145,42 @@ int Main(int argc, char** argv) {
   app.add_option("--frequency-penalty", s.frequency_penalty, "default frequency_penalty (0: off)");
   app.add_flag("--no-think", f.no_think, "chat: no reasoning channel unless a request asks for one");
   app.add_option("--thinking-effort", f.http.defaults.effort, "chat: default thinking effort low, high or max");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  if (!ParseCommandLine(app, argc, argv, "k3-server")) return kExitOk;
+  if (f.http.api_key.empty())
+    if (const char* k = std::getenv("K3_API_KEY")) f.http.api_key = k;
+  const auto [host, port] = SplitListen(f.listen);
+  (void)port;
+  if (!f.http.api_key.empty() && f.insecure) throw UsageError("--insecure and --api-key exclude each other");
+  if (f.http.api_key.empty() && !f.insecure && !IsLoopbackHost(host))
+    throw UsageError(f.listen + " is reachable from other machines: pass --api-key, or --insecure");
+  if (f.engine.max_batch < 1 || f.engine.max_batch > 1024) throw UsageError("--max-batch must be 1 to 1024");
+  if (f.engine.queue_size < 0 || f.engine.queue_size > 1 << 20) throw UsageError("--queue-size must be 0 to 1048576");
+  if (f.http.threads < 1 || f.http.threads > 4096) throw UsageError("--threads must be 1 to 4096");
+  if (f.max_body_bytes < 1024) throw UsageError("--max-body-bytes must be at least 1024");
+  if (f.engine.context < 2) throw UsageError("--context must be at least 2");
+  if (f.engine.vocab < 1) throw UsageError("--vocab-size must be positive");
+  if (const std::string bad = SamplingProblem(s, -1); !bad.empty()) throw UsageError(bad);
+  if (f.http.defaults.effort != "low" && f.http.defaults.effort != "high" && f.http.defaults.effort != "max")
+    throw UsageError("--thinking-effort: '" + f.http.defaults.effort + "' is not low, high or max");
+  f.http.defaults.thinking = !f.no_think;
+  f.http.max_body_bytes = static_cast<size_t>(f.max_body_bytes);
+  if (!f.stop_ids.empty())
+    for (int64_t id : ParseIdList(f.stop_ids, "--stop-ids", int64_t{f.engine.vocab}))
+      f.engine.stop_ids.push_back(static_cast<int32_t>(id));
+  std::sort(f.engine.stop_ids.begin(), f.engine.stop_ids.end());
+  for (size_t a = 0, b; a < f.wait_for.size(); a = b + 1) {
+    b = f.wait_for.find(',', a);
+    if (b == std::string::npos) b = f.wait_for.size();
+    if (b > a) f.engine.services.push_back(f.wait_for.substr(a, b - a));
   }
-  svc::InstallStopSignals();
-  return RunMain("k3-server", [&] {
-    if (f.http.api_key.empty())
-      if (const char* k = std::getenv("K3_API_KEY")) f.http.api_key = k;
-    const auto [host, port] = SplitListen(f.listen);
-    (void)port;
-    if (!f.http.api_key.empty() && f.insecure) throw UsageError("--insecure and --api-key exclude each other");
-    if (f.http.api_key.empty() && !f.insecure && !IsLoopbackHost(host))
-      throw UsageError(f.listen + " is reachable from other machines: pass --api-key, or --insecure");
-    if (f.engine.max_batch < 1 || f.engine.max_batch > 1024) throw UsageError("--max-batch must be 1 to 1024");
-    if (f.engine.queue_size < 0 || f.engine.queue_size > 1 << 20) throw UsageError("--queue-size must be 0 to 1048576");
-    if (f.http.threads < 1 || f.http.threads > 4096) throw UsageError("--threads must be 1 to 4096");
-    if (f.max_body_bytes < 1024) throw UsageError("--max-body-bytes must be at least 1024");
-    if (f.engine.context < 2) throw UsageError("--context must be at least 2");
-    if (f.engine.vocab < 1) throw UsageError("--vocab-size must be positive");
-    if (const std::string bad = SamplingProblem(s, -1); !bad.empty()) throw UsageError(bad);
-    if (f.http.defaults.effort != "low" && f.http.defaults.effort != "high" && f.http.defaults.effort != "max")
-      throw UsageError("--thinking-effort: '" + f.http.defaults.effort + "' is not low, high or max");
-    f.http.defaults.thinking = !f.no_think;
-    f.http.max_body_bytes = static_cast<size_t>(f.max_body_bytes);
-    if (!f.stop_ids.empty())
-      for (int64_t id : ParseIdList(f.stop_ids, "--stop-ids", int64_t{f.engine.vocab}))
-        f.engine.stop_ids.push_back(static_cast<int32_t>(id));
-    std::sort(f.engine.stop_ids.begin(), f.engine.stop_ids.end());
-    for (size_t a = 0, b; a < f.wait_for.size(); a = b + 1) {
-      b = f.wait_for.find(',', a);
-      if (b == std::string::npos) b = f.wait_for.size();
-      if (b > a) f.engine.services.push_back(f.wait_for.substr(a, b - a));
-    }
-    f.engine.compute = f.compute;
-    f.engine.tokenizer = f.tokenizer;
-    zmq::context_t ctx;
-    svc::ControlLink ctl(ctx, f.control, "server");
-    return RunMain(
-        "k3-server", [&] { return Serve(f, ctl, ctx); }, [&](ExitCode code, const std::string& why) { ctl.Dead(code, why); });
-  });
+  f.engine.compute = f.compute;
+  f.engine.tokenizer = f.tokenizer;
+  return svc::RunService<Server>(f.control, "server", f);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  k3::InitProcess();
-  return Main(argc, argv);
+  k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
+  return k3::RunMain("k3-server", [&] { return Main(argc, argv); });
 }

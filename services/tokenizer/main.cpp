@@ -13,11 +13,11 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/id_list.h"
 #include "common/run_main.h"
 #include "common/stdout_writer.h"
-#include "common/version.h"
 #include "common/process_init.h"
 #include "chat_template.h"
 #include "history.h"
@@ -66,7 +66,6 @@ void PrintIds(const std::vector<uint32_t>& ids) {
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
   CLI::App app{"k3-tokenizer: K3 text <-> token ids and the XTML chat format"};
-  app.set_version_flag("--version", k3::VersionLine("k3-tokenizer"));
   app.require_subcommand(1);
   std::string vocab, file, ids_text, history, effort = "max";
   bool no_think = false;
@@ -91,19 +90,12 @@ int main(int argc, char** argv) {
   serve->add_option("--control", serve_opt.control, "launcher control endpoint")->required();
   serve->add_option("--bind", serve_opt.bind, "endpoint this service binds (ROUTER)")->required();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    k3::PrintError("k3-tokenizer", e.what());
-    return k3::kExitUsage;
-  }
-  // Serve reports its own errors once it is connected to the launcher.
-  if (serve->parsed()) return k3::RunMain("k3-tokenizer", [&] { return k3::tok::Serve(serve_opt); });
-  // The command-line modes: a closed stdout (| head) or a stop signal is exit 5 (quiet).
-  k3::IgnoreSigpipe();
-  k3::ExitOnStopSignals();
-  return k3::RunMain("k3-tokenizer", [&] {
+  return k3::RunMain("k3-tokenizer", [&]() -> int {
+    if (!k3::ParseCommandLine(app, argc, argv, "k3-tokenizer")) return k3::kExitOk;
+    if (serve->parsed()) return k3::tok::Serve(serve_opt);  // the pipeline service (service_shell.h)
+    // The command-line modes: a closed stdout (| head) or a stop signal is exit 5 (quiet).
+    k3::IgnoreSigpipe();
+    k3::ExitOnStopSignals();
     if (chat->parsed() && !no_think && !k3::tok::IsValidThinkingEffort(effort))
       throw k3::UsageError("--thinking-effort must be low, high or max");
     const auto tok = k3::tok::Tokenizer::Load(vocab);

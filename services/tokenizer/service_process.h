@@ -12,8 +12,9 @@ struct ServeOptions {
   std::string bind;     // tokenizer endpoint (bind, ROUTER)
 };
 
-// Hello → load the vocabulary → bind → Ready → serve until Shutdown (exit 0) or SIGTERM/SIGINT
-// (exit 5) → stats line + control Stats. A fatal error sends Dead and returns its exit code.
+// The shared service lifecycle (svc::RunService): Hello → load the vocabulary → bind → Ready →
+// serve until Shutdown (exit 0) or SIGTERM/SIGINT/SIGHUP (exit 5) → stats line + control Stats.
+// A fatal error is sent as Dead and thrown on, for main()'s RunMain to print and return.
 int Serve(const ServeOptions& o);
 
 }  // namespace k3::tok

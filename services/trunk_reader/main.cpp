@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/ipc/protocol.h"
 #include "common/ipc/shm_arena.h"
@@ -27,6 +28,7 @@
 #include "services/trunk_reader/ring_scheduler.h"
 #include "services/trunk_reader/trunk_layout.h"
 #include "common/process_init.h"
+#include "common/run_main.h"
 
 namespace k3::svc {
 namespace {
@@ -372,7 +374,8 @@ int Main(int argc, char** argv) {
   app.add_option("--pin", f.pin, "comma-separated layers to pin (globals always pinned)");
   app.add_flag("--stream-lm-head", f.stream_lm_head, "stream lm_head through the ring in row chunks");
   app.add_option("--embed-arena", f.embed_arena, "shm name of embed-window (embedding not resident)");
-  return RunWeightService<TrunkReader>(app, argc, argv, f, "k3-trunk-reader", kService);
+  if (!ParseCommandLine(app, argc, argv, "k3-trunk-reader")) return kExitOk;
+  return RunService<TrunkReader>(f.control, kService, f);
 }
 
 }  // namespace
@@ -380,5 +383,5 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   k3::InitProcess();  // whole stderr lines, harmless signals (common/process_init.h)
-  return k3::svc::Main(argc, argv);
+  return k3::RunMain("k3-trunk-reader", [&] { return k3::svc::Main(argc, argv); });
 }

@@ -14,18 +14,21 @@
 #include <functional>
 #include <vector>
 
+#include "common/cli_parse.h"
+#include "common/error.h"
 #include "common/median.h"
 #include "common/manifest.h"
-#include "common/version.h"
+#include "common/run_main.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int Run(int argc, char** argv) {
   int repeats = 15;
   size_t bytes = 17547264;
   CLI::App app{"k3-bench-hash: digest throughput per core on one expert-sized buffer"};
-  app.set_version_flag("--version", k3::VersionLine("k3-bench-hash"));
   app.add_option("--repeats", repeats, "passes per digest (median)")->check(CLI::Range(1, 1000));
   app.add_option("--bytes", bytes, "buffer size")->check(CLI::Range(size_t{1}, size_t{1} << 32));
-  CLI11_PARSE(app, argc, argv);
+  if (!k3::ParseCommandLine(app, argc, argv, "k3-bench-hash")) return k3::kExitOk;
   if (sodium_init() < 0) {
     std::fprintf(stderr, "k3-bench-hash: sodium_init failed\n");
     return 1;
@@ -58,4 +61,10 @@ int main(int argc, char** argv) {
     std::printf("%-50s %7.2f GB/s  %6.2f ms\n", name, static_cast<double>(bytes) / med / 1e9, med * 1e3);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return k3::RunMain("k3-bench-hash", [&] { return Run(argc, argv); });
 }

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/median.h"
 #include "common/run_main.h"
-#include "common/version.h"
 #include "common/word_sum.h"
 #include "services/compute/kernels/matmul.h"
 
@@ -69,7 +69,6 @@ void Print(const Row& r) {
 
 int Run(int argc, char** argv) {
   CLI::App app{"k3 kernel throughput: weight GB/s vs a memory-read baseline"};
-  app.set_version_flag("--version", k3::VersionLine("k3-bench-kernels"));
   int reps = 5;
   int mx_copies = 32;
   double baseline_gib = 1.0;
@@ -80,11 +79,7 @@ int Run(int argc, char** argv) {
   app.add_option("--baseline-gib", baseline_gib, "size of the summed baseline buffer")
       ->check(CLI::Range(0.0625, 64.0));
   app.add_flag("--skip-scalar", skip_scalar, "time only the AVX2 bodies");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? k3::kExitOk : k3::kExitUsage;
-  }
+  if (!k3::ParseCommandLine(app, argc, argv, "k3-bench-kernels")) return k3::kExitOk;
 
   std::printf("k3-bench-kernels: cpu avx2+fma=%s, dispatch=%s, max threads=%d\n",
               k3::kern::CpuHasAvx2Fma() ? "yes" : "no", k3::kern::ActiveIsa(), omp_get_max_threads());

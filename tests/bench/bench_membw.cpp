@@ -17,19 +17,22 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_parse.h"
+#include "common/error.h"
 #include "common/median.h"
-#include "common/version.h"
+#include "common/run_main.h"
 #include "common/word_sum.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int Run(int argc, char** argv) {
   CLI::App app{"k3-bench-membw: memory read bandwidth (all cores, buffer >> caches)"};
-  app.set_version_flag("--version", k3::VersionLine("k3-bench-membw"));
   double gib = 4;
   int repeats = 5, threads = 0;
   app.add_option("--gib", gib, "buffer size in GiB")->check(CLI::Range(0.0625, 256.0));
   app.add_option("--repeats", repeats, "timed passes (best is reported)")->check(CLI::Range(1, 1000));
   app.add_option("--threads", threads, "OpenMP threads (default: all cores)")->check(CLI::Range(0, 1024));
-  CLI11_PARSE(app, argc, argv);
+  if (!k3::ParseCommandLine(app, argc, argv, "k3-bench-membw")) return k3::kExitOk;
   omp_set_num_threads(threads > 0 ? threads : omp_get_num_procs());
 
   const size_t bytes = static_cast<size_t>(gib * 1073741824.0) / 4096 * 4096;
@@ -64,4 +67,10 @@ int main(int argc, char** argv) {
               bytes, omp_get_max_threads(), k3::Median(gbs), bytes / best / 1e9, bytes * repeats / total / 1e9,
               passes.c_str(), static_cast<unsigned long long>(check));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return k3::RunMain("k3-bench-membw", [&] { return Run(argc, argv); });
 }

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/io/io_internal.h"
 #include "common/process_init.h"
@@ -50,12 +51,8 @@ int main(int argc, char** argv) {
   app.add_option("--piece", piece, "bytes per piece (0 = each range whole)");
   app.add_option("--slots", slots, "ring slots: pieces submitted at once")->check(CLI::Range(1, 1024));
   app.add_flag("--drain", drain, "one piece at a time: the queue empties at every piece boundary");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? k3::kExitOk : k3::kExitUsage;
-  }
-  return k3::RunMain("k3-bench-piece-read", [&] {
+  return k3::RunMain("k3-bench-piece-read", [&]() -> int {
+    if (!k3::ParseCommandLine(app, argc, argv, "k3-bench-piece-read")) return k3::kExitOk;
     std::vector<std::string> files;
     std::map<std::string, int> shard_of;
     std::vector<Range> ranges;

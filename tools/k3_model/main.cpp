@@ -8,13 +8,13 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/manifest.h"
 #include "common/model_config.h"
 #include "common/process_init.h"
 #include "common/run_main.h"
 #include "common/safetensors.h"
-#include "common/version.h"
 #include "tools/k3_model/expert_digests.h"
 #include "tools/k3_model/model_check.h"
 #include "tools/k3_model/trunk_copy.h"
@@ -37,7 +37,6 @@ int Digest(const std::string& dir, std::string out, int threads) {
 
 int Main(int argc, char** argv) {
   CLI::App app{"k3-model: expert manifests, trunk-only copies and checks of a K3 model directory"};
-  app.set_version_flag("--version", VersionLine("k3-model"));
   app.require_subcommand(1);
   int threads = DefaultThreads();
   app.add_option("--threads", threads, "hashing threads (default: the online cores)")->check(CLI::Range(1, 256));
@@ -53,13 +52,7 @@ int Main(int argc, char** argv) {
   auto* check = app.add_subcommand("check", "is DIR a complete release or a trunk-only copy; what budget suits this machine");
   check->add_option("DIR", dir, "model directory")->required();
   check->add_flag("--digests", with_digests, "also hash every routed expert and compare it with the manifest");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(e.what());
-  }
+  if (!ParseCommandLine(app, argc, argv, "k3-model")) return kExitOk;
   if (*digest) return Digest(dir, out, threads);
   if (*trunk) {
     const uint64_t written = WriteTrunkOnlyCopy(src, dst, threads);
