@@ -588,7 +588,7 @@ void ComputeService::Finish(Request& r, const GreedyResult& res) {
                res.generated.size(), how, res.prefill_seconds, res.seconds_per_token,
                c.trunk_wait_seconds - at_start.trunk_wait_seconds, c.expert_wait_seconds - at_start.expert_wait_seconds,
                static_cast<unsigned long long>(c.rejects.rejected + ctl_.rejects().rejected), r.cached,
-               prefix_cache_.size(), plan::FormatBytes(prefix_cache_.bytes()).c_str());
+               prefix_cache_.size(), k3::FormatBytes(prefix_cache_.bytes()).c_str());
 }
 
 }  // namespace
