@@ -4,27 +4,20 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <filesystem>
 #include <functional>
 #include <map>
 
+#include "common/chat_control_ids.h"
 #include "common/error.h"
+#include "common/ipc/tokenizer_client.h"
 #include "common/ipc/zmq_channel.h"
+#include "launcher/chat_saved.h"
+#include "launcher/chat_turn.h"
 
 namespace k3::launch {
 namespace tk = ipc::tokenizer;
 namespace cp = ipc::compute;
 using Clock = std::chrono::steady_clock;
-
-std::optional<std::vector<int32_t>> NewTurnIds(const std::vector<int32_t>& rendered,
-                                               const std::vector<int32_t>& previous_rendered, int32_t eom) {
-  if (previous_rendered.empty() || rendered.size() <= previous_rendered.size() ||
-      !std::equal(previous_rendered.begin(), previous_rendered.end(), rendered.begin()))
-    return std::nullopt;
-  const auto end = std::find(rendered.begin() + static_cast<std::ptrdiff_t>(previous_rendered.size()), rendered.end(), eom);
-  if (end == rendered.end() || end + 1 == rendered.end()) return std::nullopt;
-  return std::vector<int32_t>(end + 1, rendered.end());
-}
 
 namespace {
 
@@ -49,9 +42,6 @@ const char* EndName(ChatEnd e) {
   return "quit";
 }
 
-// Saved in a state file's `extra` by /save: what the chat needs besides compute's state.
-constexpr int kChatStateVersion = 1;
-
 class Session {
  public:
   Session(ChatHost& host, const LaunchOptions& opt, int32_t vocab)
@@ -75,6 +65,7 @@ class Session {
   void PumpOnce(std::chrono::milliseconds wait, bool with_stdin, bool* stdin_ready = nullptr);
   void DrainTokenizer();
   std::optional<tk::Message> CallTokenizer(const std::function<ipc::Encoded(uint64_t)>& make);
+  void ResetConversation();
   std::vector<int32_t> Encode(const std::string& text, bool allow_special);
   void LookUpControlIds();
   Input ReadLine(std::string* line);
@@ -88,9 +79,10 @@ class Session {
   const LaunchOptions& opt_;
   const int32_t vocab_;
   zmq::socket_t tok_;
+  ipc::TokenizerRequests tok_requests_{tok_};
   ipc::RejectCounter rejects_;
-  std::map<uint64_t, tk::Message> tok_replies_;
-  uint64_t next_tok_id_ = 1, next_request_ = 1;
+  std::map<uint64_t, tk::Message> tok_replies_;  // answers not taken yet, by request id
+  uint64_t next_request_ = 1;
   const bool tty_;
   bool thinking_;
   std::string effort_;
@@ -117,28 +109,27 @@ void Session::PumpOnce(std::chrono::milliseconds wait, bool with_stdin, bool* st
 void Session::DrainTokenizer() {
   while (auto r = ipc::ReceiveVerified(tok_, false, ipc::DecodeTokenizer, ipc::Clock::now(), rejects_)) {
     const uint64_t id = std::visit([](const auto& m) { return m.request_id; }, r->message);
-    tok_replies_[id] = std::move(r->message);
+    if (tok_requests_.Answered(id)) tok_replies_[id] = std::move(r->message);  // else a resend's second answer
   }
 }
 
 // Sends a request and pumps until its answer. A restarted tokenizer loses what was in flight,
-// so the request goes again (under a new id) every 5 s; nullopt after 60 s or when the session stops.
+// so the request goes again every 5 s (ipc::kTokenizerResend); nullopt after 60 s or when the
+// session stops.
 std::optional<tk::Message> Session::CallTokenizer(const std::function<ipc::Encoded(uint64_t)>& make) {
   const auto give_up = Clock::now() + std::chrono::seconds(60);
+  const uint64_t id = tok_requests_.Send(make, ipc::TokenizerRequests::Resend::kOnRestartOrTimeout);
   while (Clock::now() < give_up && !Stopping()) {
-    const uint64_t id = next_tok_id_++;
-    ipc::SendMessage(tok_, make(id));
-    const auto resend = Clock::now() + std::chrono::seconds(5);
-    while (Clock::now() < resend && !Stopping()) {
-      PumpOnce(std::chrono::milliseconds(20), false);
-      auto it = tok_replies_.find(id);
-      if (it != tok_replies_.end()) {
-        tk::Message m = std::move(it->second);
-        tok_replies_.erase(it);
-        return m;
-      }
+    PumpOnce(std::chrono::milliseconds(20), false);
+    auto it = tok_replies_.find(id);
+    if (it != tok_replies_.end()) {
+      tk::Message m = std::move(it->second);
+      tok_replies_.erase(it);
+      return m;
     }
+    tok_requests_.ResendStale(Clock::now());
   }
+  tok_requests_.Forget(id);
   return std::nullopt;
 }
 
@@ -150,21 +141,24 @@ std::vector<int32_t> Session::Encode(const std::string& text, bool allow_special
 }
 
 void Session::LookUpControlIds() {
-  auto one = [&](const char* name) {
-    const std::vector<int32_t> v = Encode(name, true);
-    if (v.size() != 1)
-      throw BadInput(std::string("--chat: the tokenizer has no special token ") + name + " (not a K3 chat vocabulary)");
-    return v[0];
-  };
-  ids_.open = one("<|open|>");
-  ids_.close = one("<|close|>");
-  ids_.sep = one("<|sep|>");
-  ids_.eom = one("<|end_of_msg|>");
-  ids_.eos = one("[EOS]");
-  ids_.think = Encode("think", false);
-  ids_.response = Encode("response", false);
-  for (int32_t id : {ids_.open, ids_.close, ids_.sep, ids_.eom, ids_.eos})
-    if (id >= vocab_) throw BadInput("--chat: tokenizer id " + std::to_string(id) + " is outside the model's vocabulary");
+  std::map<std::string, std::vector<int32_t>> answers;
+  for (const ControlIdQuery& q : ControlIdQueries()) answers[q.text] = Encode(q.text, q.special);
+  auto ids = ControlIdsFrom(answers, vocab_);
+  if (const auto* p = std::get_if<ControlIdProblem>(&ids)) {
+    if (p->out_of_vocab)
+      throw BadInput("--chat: tokenizer id " + std::to_string(p->id) + " is outside the model's vocabulary");
+    throw BadInput("--chat: the tokenizer has no special token " + p->token + " (not a K3 chat vocabulary)");
+  }
+  ids_ = std::get<ChatControlIds>(ids);
+}
+
+// Compute holds nothing of the conversation any more: it starts afresh (system message kept).
+void Session::ResetConversation() {
+  history_.clear();
+  if (!opt_.system.empty()) history_.push_back({"system", opt_.system, std::nullopt});
+  kept_ = 0;
+  state_valid_ = false;
+  last_render_.clear();
 }
 
 Session::Input Session::ReadLine(std::string* line) {
@@ -230,32 +224,16 @@ void Session::Turn(const std::string& text) {
     return;
   }
   const std::vector<int32_t> rendered = std::get<tk::EncodedIds>(*rendered_msg).ids;
-  std::vector<int32_t> send = rendered;
-  bool keep = false;
-  if (state_valid_ && kept_ > 0)
-    if (auto n = NewTurnIds(rendered, last_render_, ids_.eom)) {
-      send = std::move(*n);
-      keep = true;
-    }
-  const int64_t reused = keep ? kept_ : 0;
-  const int64_t room = opt_.context - reused - static_cast<int64_t>(send.size());
-  if (room < 1) {
+  const TurnPlan plan = PlanTurn(rendered, last_render_, state_valid_, kept_, ids_.eom, opt_.context);
+  const std::vector<int32_t>& send = plan.send;
+  const int64_t reused = plan.reused;
+  if (plan.room < 1) {
     history_.pop_back();
     host_.Note("[chat] the context is full: " + std::to_string(reused + static_cast<int64_t>(send.size())) +
                " tokens of " + std::to_string(opt_.context) + "; /reset to start over");
     return;
   }
-  cp::Generate g;
-  g.request_id = next_request_++;
-  g.ids = send;
-  g.gen = static_cast<int32_t>(std::min<int64_t>(opt_.gen, room));
-  g.full_recompute = opt_.full_recompute;
-  g.prefill_chunk = static_cast<int32_t>(opt_.prefill_chunk);
-  g.stop_ids = opt_.stop_ids;
-  for (int32_t id : {ids_.eom, ids_.eos})
-    if (std::find(g.stop_ids.begin(), g.stop_ids.end(), id) == g.stop_ids.end()) g.stop_ids.push_back(id);
-  g.keep_state = keep;
-  g.max_positions = static_cast<int32_t>(opt_.context);
+  const cp::Generate g = TurnGenerate(opt_, plan, ids_, next_request_++);
   const auto t0 = Clock::now();
   host_.ComputeInbox().clear();
   host_.SendCompute(ipc::Encode(g));
@@ -272,6 +250,7 @@ void Session::Turn(const std::string& text) {
       auto it = tok_replies_.find(pending.front().id);
       if (it == tok_replies_.end()) {
         if (!final) break;  // in order; at the end an unanswered decode (lost in a restart) is skipped
+        tok_requests_.Forget(pending.front().id);
         pending.pop_front();
         continue;
       }
@@ -303,8 +282,11 @@ void Session::Turn(const std::string& text) {
         generated.push_back(t->id);
         const auto ch = split.Push(t->id);
         if (ch == ChannelSplitter::Channel::kNone) continue;
-        const uint64_t id = next_tok_id_++;
-        ipc::SendMessage(tok_, ipc::Encode(tk::Decode{id, {t->id}, false, false}));
+        // Not sent again: a decode lost in a restart is skipped at the end (docs/chat.md).
+        const int32_t token = t->id;
+        const uint64_t id = tok_requests_.Send(
+            [&](uint64_t rid) { return ipc::Encode(tk::Decode{rid, {token}, false, false}); },
+            ipc::TokenizerRequests::Resend::kNever);
         pending.push_back({id, ch});
       } else if (const auto* d = std::get_if<cp::Done>(&m)) {
         if (d->request_id == g.request_id) done = *d;
@@ -331,7 +313,7 @@ void Session::Turn(const std::string& text) {
   t.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   turns_.push_back(t);
   history_.push_back({"assistant", t.response, thinking_ ? std::optional<std::string>(t.reasoning) : std::nullopt});
-  kept_ = done->stats.position > 0 ? done->stats.position : reused + t.prompt_tokens + t.generated_tokens;
+  kept_ = KeptAfterTurn(done->stats.position, reused, t.prompt_tokens, t.generated_tokens);
   // A reply that ended by its end id leaves a state the next turn can extend; one cut short
   // (Ctrl-C, length) is re-rendered whole, closed by the template, at the next turn.
   state_valid_ = split.ended();
@@ -362,17 +344,7 @@ std::optional<cp::StateDone> Session::StateCall(cp::StateAction action, const st
 }
 
 void Session::Command(const std::string& line) {
-  const size_t sp = line.find(' ');
-  const std::string cmd = line.substr(0, sp);
-  std::string arg = sp == std::string::npos ? "" : line.substr(sp + 1);
-  while (!arg.empty() && arg.back() == ' ') arg.pop_back();
-  while (!arg.empty() && arg.front() == ' ') arg.erase(0, 1);
-  // State files are named relative to where the user is, whatever compute's directory.
-  if (!arg.empty() && (cmd == "/save" || cmd == "/load")) {
-    std::error_code ec;
-    const auto abs = std::filesystem::absolute(arg, ec);
-    if (!ec) arg = abs.string();
-  }
+  const auto [cmd, arg] = ParseChatCommand(line);
   if (cmd == "/quit" || cmd == "/exit") {
     quit_ = true;
   } else if (cmd == "/help") {
@@ -382,19 +354,12 @@ void Session::Command(const std::string& line) {
   } else if (cmd == "/reset") {
     auto d = StateCall(cp::StateAction::kReset, "", "");
     if (!d) return;
-    history_.clear();
-    if (!opt_.system.empty()) history_.push_back({"system", opt_.system, std::nullopt});
-    kept_ = 0;
-    state_valid_ = false;
-    last_render_.clear();
+    ResetConversation();
     host_.Out("(conversation cleared)\n");
   } else if (cmd == "/save") {
     if (arg.empty()) return host_.Note("[chat] /save needs a path");
     if (kept_ == 0) return host_.Note("[chat] nothing to save yet");
-    nlohmann::json extra = {{"k3_chat", kChatStateVersion}, {"history", HistoryJsonl(history_)},
-                            {"thinking", thinking_}, {"thinking_effort", effort_},
-                            {"last_render", last_render_}, {"state_valid", state_valid_}};
-    auto d = StateCall(cp::StateAction::kSave, arg, extra.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    auto d = StateCall(cp::StateAction::kSave, arg, SavedChatExtra({history_, thinking_, effort_, last_render_, state_valid_}));
     if (!d) return;
     if (!d->ok) return host_.Note("[chat] /save " + arg + ": " + d->error);
     host_.Out("(saved " + std::to_string(d->position) + " tokens to " + arg + ")\n");
@@ -404,37 +369,19 @@ void Session::Command(const std::string& line) {
     if (!d) return;
     if (!d->ok) return host_.Note("[chat] /load " + arg + ": " + d->error);
     try {
-      const nlohmann::json x = nlohmann::json::parse(d->extra);
-      if (x.value("k3_chat", 0) != kChatStateVersion) throw std::runtime_error("no chat history in it");
-      std::vector<ChatMessage> h;
-      const std::string jsonl = x.at("history").get<std::string>();
-      for (size_t p = 0; p < jsonl.size();) {
-        size_t nl = jsonl.find('\n', p);
-        if (nl == std::string::npos) nl = jsonl.size();
-        const nlohmann::json m = nlohmann::json::parse(jsonl.substr(p, nl - p));
-        h.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>(),
-                     m.contains("reasoning_content") ? std::optional<std::string>(m["reasoning_content"].get<std::string>())
-                                                     : std::nullopt});
-        p = nl + 1;
-      }
-      const bool thinking = x.at("thinking").get<bool>();
-      const std::string effort = x.at("thinking_effort").get<std::string>();
-      if (thinking != thinking_ || (thinking && effort != effort_))
+      SavedChat saved = ParseSavedChat(d->extra);
+      if (saved.thinking != thinking_ || (saved.thinking && saved.effort != effort_))
         host_.Note(std::string("[chat] continuing with the saved conversation's thinking ") +
-                   (thinking ? "on, effort " + effort : "off"));
-      history_ = std::move(h);
-      thinking_ = thinking;
-      effort_ = effort;
-      last_render_ = x.at("last_render").get<std::vector<int32_t>>();
-      state_valid_ = x.at("state_valid").get<bool>();
+                   (saved.thinking ? "on, effort " + saved.effort : "off"));
+      history_ = std::move(saved.history);
+      thinking_ = saved.thinking;
+      effort_ = saved.effort;
+      last_render_ = std::move(saved.last_render);
+      state_valid_ = saved.state_valid;
       kept_ = d->position;
     } catch (const std::exception& e) {
       StateCall(cp::StateAction::kReset, "", "");  // compute holds a state without its history
-      history_.clear();
-      if (!opt_.system.empty()) history_.push_back({"system", opt_.system, std::nullopt});
-      kept_ = 0;
-      state_valid_ = false;
-      last_render_.clear();
+      ResetConversation();
       return host_.Note("[chat] /load " + arg + ": " + e.what() + "; the conversation starts afresh");
     }
     size_t turns = 0;

@@ -20,6 +20,7 @@
 #include "common/ipc/messages.h"
 #include "common/ipc/protocol.h"
 #include "common/chat_format.h"
+#include "launcher/chat_turn.h"
 #include "options.h"
 
 namespace k3::launch {
@@ -40,14 +41,6 @@ struct ChatTurn {
   std::string finish_reason;     // "stop", "length", "cancelled", "interrupted"
   double seconds = 0;            // Generate sent -> Done
 };
-
-// The ids to send for a new turn. `rendered` is the whole conversation with the generation
-// prompt; `previous_render` the length of the last turn's rendering, whose ids compute's state
-// holds followed by the generated reply. The reply's message ends at the first <|end_of_msg|>
-// after that length (no text segment can produce the id), so the new ids are what follows it.
-// nullopt when the renderings disagree (then the whole conversation is sent again).
-std::optional<std::vector<int32_t>> NewTurnIds(const std::vector<int32_t>& rendered,
-                                               const std::vector<int32_t>& previous_rendered, int32_t eom);
 
 // What the REPL needs from the running pipeline (run.cpp's Runner).
 class ChatHost {

@@ -76,9 +76,9 @@ int Main(int argc, char** argv) {
                static_cast<long long>(p.expert_slots),
                p.expert_slots_capped ? (" (capped by --expert-slots " + std::to_string(opt.expert_slots) + ")").c_str() : "");
   std::fprintf(plan_out, "arenas: trunk-pinned %s, trunk-ring %u x %s, embed-window %s, experts %u x %s\n",
-               plan::FormatBytes(a.pinned).c_str(), a.ring_slots, plan::FormatBytes(a.ring_slot_bytes).c_str(),
-               plan::FormatBytes(a.embed_window).c_str(), a.expert_slots,
-               plan::FormatBytes(a.expert_slot_bytes).c_str());
+               k3::FormatBytes(a.pinned).c_str(), a.ring_slots, k3::FormatBytes(a.ring_slot_bytes).c_str(),
+               k3::FormatBytes(a.embed_window).c_str(), a.expert_slots,
+               k3::FormatBytes(a.expert_slot_bytes).c_str());
   if (!opt.expert_server.empty()) {
     std::string eps;
     for (const std::string& ep : opt.expert_server) eps += (eps.empty() ? "" : ", ") + ep;
@@ -87,9 +87,9 @@ int Main(int argc, char** argv) {
   }
   if (p.prefix_cache > 0)
     std::fprintf(plan_out, "prefix cache: %s, %.1f snapshots of a full-context sequence (%s each)\n",
-                 plan::FormatBytes(p.prefix_cache).c_str(),
+                 k3::FormatBytes(p.prefix_cache).c_str(),
                  static_cast<double>(p.prefix_cache) / static_cast<double>(std::max<int64_t>(p.prefix_snapshot_bytes, 1)),
-                 plan::FormatBytes(p.prefix_snapshot_bytes).c_str());
+                 k3::FormatBytes(p.prefix_snapshot_bytes).c_str());
   else
     std::fprintf(plan_out, "prefix cache: off%s\n",
                  opt.prefix_cache != "auto" ? ""

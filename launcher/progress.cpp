@@ -16,7 +16,7 @@ namespace {
 std::string Amount(double v, bool bytes) {
   char buf[48];
   // The plan's units from 1 MiB up; below it KiB, not the plan's exact bytes (a live count).
-  if (bytes && v >= 1024.0 * 1024) return plan::FormatBytes(static_cast<int64_t>(v));
+  if (bytes && v >= 1024.0 * 1024) return k3::FormatBytes(static_cast<int64_t>(v));
   if (!bytes) std::snprintf(buf, sizeof buf, "%.0f", v);
   else std::snprintf(buf, sizeof buf, "%.0f KiB", v / 1024.0);
   return buf;

@@ -176,7 +176,7 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
                     d("expert_wait_seconds_per_token"), d("seconds_per_token")));
   if (d("prefix_cache_bytes") > 0 || d("cached_tokens") > 0)
     out.push_back(Fmt("[launch] prefix cache %s: %.0f prompt ids from a cached snapshot (not prefilled)",
-                      plan::FormatBytes(static_cast<int64_t>(d("prefix_cache_bytes"))).c_str(), d("cached_tokens")));
+                      k3::FormatBytes(static_cast<int64_t>(d("prefix_cache_bytes"))).c_str(), d("cached_tokens")));
   if (d("spec_drafted") > 0)
     out.push_back(Fmt("[launch] speculation: %.0f drafts verified, %.0f accepted (%.0f%%)", d("spec_drafted"),
                       d("spec_accepted"), 100 * d("spec_accepted") / d("spec_drafted")));
@@ -187,7 +187,7 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
     for (const auto& s : r["expert_servers"])
       out.push_back(Fmt("[launch] expert server %s: %.0f experts, %s in %.2f s (%.1f MB/s), %.0f failures%s",
                         s["endpoint"].get<std::string>().c_str(), s["experts"].get<double>(),
-                        plan::FormatBytes(static_cast<int64_t>(std::max(0.0, s["bytes"].get<double>()))).c_str(),
+                        k3::FormatBytes(static_cast<int64_t>(std::max(0.0, s["bytes"].get<double>()))).c_str(),
                         std::max(0.0, s["seconds"].get<double>()), s["mb_s"].get<double>(),
                         std::max(0.0, s["failures"].get<double>()), s["dropped"].get<bool>() ? ", dropped" : ""));
   if (d("membw_probe_passes") > 0)
@@ -204,11 +204,11 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
                       static_cast<long long>(r.value("position", int64_t{0}))));
   for (const auto& [name, pm] : r["peak_memory"].items())
     out.push_back(Fmt("[launch] peak %-15s %s (shm %s)", name.c_str(),
-                      plan::FormatBytes(pm["vm_hwm_bytes"].get<int64_t>()).c_str(),
-                      plan::FormatBytes(pm["rss_shmem_bytes"].get<int64_t>()).c_str()));
+                      k3::FormatBytes(pm["vm_hwm_bytes"].get<int64_t>()).c_str(),
+                      k3::FormatBytes(pm["rss_shmem_bytes"].get<int64_t>()).c_str()));
   out.push_back(Fmt("[launch] peak total (shm once) %s of budget %s",
-                    plan::FormatBytes(r["peak_memory_total_bytes"].get<int64_t>()).c_str(),
-                    plan::FormatBytes(budget).c_str()));
+                    k3::FormatBytes(r["peak_memory_total_bytes"].get<int64_t>()).c_str(),
+                    k3::FormatBytes(budget).c_str()));
   return out;
 }
 

@@ -29,9 +29,9 @@ void OnSignal(int sig) {
 
 }  // namespace
 
-std::string Death::Describe(const std::string& name) const {
-  if (WIFSIGNALED(status)) return name + " killed by signal " + std::to_string(WTERMSIG(status));
-  return name + " exited with status " + std::to_string(WEXITSTATUS(status));
+std::string DescribeExit(int status) {
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "exited with status " + std::to_string(WEXITSTATUS(status));
 }
 
 Supervisor::Supervisor() {

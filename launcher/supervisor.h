@@ -27,8 +27,10 @@ struct Service {
 struct Death {
   size_t index = 0;  // into services()
   int status = 0;    // waitpid status
-  std::string Describe(const std::string& name) const;  // "<name> exited with status S" / "killed by signal N"
 };
+
+// A waitpid status in words: "exited with status S" / "killed by signal N".
+std::string DescribeExit(int status);
 
 class Supervisor {
  public:

@@ -230,18 +230,6 @@ struct Step {
 using Message = std::variant<Generate, Token, Done, Cancel, StateOp, StateDone, Step>;
 }  // namespace compute
 
-// A plain Token (no logprobs), for senders and tests that need no more.
-inline compute::Token ATokenMessage(uint64_t request_id, int32_t id, int32_t index) {
-  compute::Token t;
-  t.request_id = request_id;
-  t.id = id;
-  t.index = index;
-  return t;
-}
-
-namespace compute {
-}  // namespace compute
-
 namespace tokenizer {
 enum class Error : uint8_t { kNone = 0, kBadInput = 1, kUnknownId = 2, kUnsupported = 3 };
 struct Encode {

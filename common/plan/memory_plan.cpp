@@ -432,15 +432,6 @@ std::string MemoryPlan::Table() const {
   return out.str();
 }
 
-std::string FormatBytes(int64_t bytes) {
-  char buf[32];
-  const double b = static_cast<double>(bytes);
-  if (bytes >= (1ll << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1ll << 30));
-  else if (bytes >= (1ll << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1ll << 20));
-  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  return buf;
-}
-
 int64_t ParseTrunkPiece(const std::string& text) {
   if (text == "layer") return kTrunkPieceLayer;
   int64_t v = 0;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/format_bytes.h"
 #include "common/model_config.h"
 #include "common/plan/trunk_pieces.h"
 
@@ -171,7 +172,6 @@ int64_t ParseBudget(const std::string& text);
 // --trunk-piece / trunk_piece: "layer" (kTrunkPieceLayer) or a size as ParseBudget reads it
 // ("64M"), at least 4096. k3::Error(kExitUsage) on anything else.
 int64_t ParseTrunkPiece(const std::string& text);
-std::string FormatBytes(int64_t bytes);
 // prefix_cache / --prefix-cache: a size as for the budget ("512M"), "0" or "off", or "auto"
 // (kPrefixCacheAuto; refused when !allow_auto). k3::Error(kExitUsage) naming `what` otherwise.
 int64_t ParsePrefixCache(const std::string& text, const std::string& what, bool allow_auto);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/format_bytes.h"
 #include "common/ipc/messages.h"
 #include "common/ipc/zmq_channel.h"
 
@@ -77,7 +78,6 @@ class StopPoll {
   bool stop_ = false;
 };
 
-std::string FormatBytes(uint64_t bytes);  // "1.2 GiB", "850.0 MiB", "12 KiB", "17 B"
 double MBps(uint64_t bytes, double seconds);  // 1e6-byte megabytes per second (0 when no time)
 
 // The lifecycle every pipeline service runs on: Hello, start-up work (Service's constructor and

@@ -7,6 +7,7 @@
 #include "batch_sequence.h"
 #include "saved_state.h"
 #include "common/error.h"
+#include "common/format_bytes.h"
 #include "common/median.h"
 #include "common/plan/memory_plan.h"
 
@@ -422,7 +423,7 @@ void Scheduler::Finish(Request& r, const GreedyResult& res) {
                res.generated.size(), how, res.prefill_seconds, res.seconds_per_token,
                c.trunk_wait_seconds - at_start.trunk_wait_seconds, c.expert_wait_seconds - at_start.expert_wait_seconds,
                static_cast<unsigned long long>(rejected), r.cached, prefix_cache_.size(),
-               plan::FormatBytes(prefix_cache_.bytes()).c_str());
+               k3::FormatBytes(prefix_cache_.bytes()).c_str());
 }
 
 }  // namespace k3::compute

@@ -6,6 +6,11 @@
 // and response channels (chat), cut at stop strings (then compute gets a Cancel) and handed to
 // the request's HTTP thread as Deltas.
 //
+// Its jobs, one file each: engine.cpp (submission, health, the loop, the launcher's relays),
+// engine_tokenizer.cpp (requests to the tokenizer, the chat control ids, each id's bytes),
+// engine_dispatch.cpp (prompt checks, the queue, Generates and Cancels to compute, its
+// replies), engine_output.cpp (tokens to Deltas, a request's end).
+//
 // Thread-safety: Submit, Healthy and NotReady are called from HTTP threads; Run from the
 // engine thread only.
 #pragma once
@@ -26,6 +31,7 @@
 #include <vector>
 
 #include "common/chat_format.h"
+#include "common/ipc/tokenizer_client.h"
 #include "common/service/service_shell.h"
 #include "common/stop_text.h"
 #include "services/server/job.h"
@@ -74,25 +80,24 @@ class Engine {
     explicit Active(std::shared_ptr<Job> j) : job(std::move(j)), stop(job->spec.stop) {}
   };
   enum class TokKind { kPrompt, kDecode, kControl };
-  struct TokPending {
+  struct TokPending {  // what a tokenizer request is for
     TokKind kind;
     uint64_t job = 0;
     int32_t id = -1;        // kDecode
     std::string name;       // kControl
-    ipc::Encoded msg;
-    ipc::Clock::time_point sent;
   };
 
   void HandleControl();
   void HandleCompute();
   void HandleTokenizer();
   void TakeSubmitted();
-  void SendTokenizer(uint64_t id, TokPending p);  // id: from next_tok_, already in p.msg
-  void ResendTokenizer(bool all);
+  void SendTokenizer(TokPending p, const std::function<ipc::Encoded(uint64_t)>& make);
+  void AskControlIds();
   void OnPromptIds(uint64_t job, std::vector<int32_t> ids);
   void OnControlIds(const std::string& name, const std::vector<int32_t>& ids, const std::string& failure);
   void Dispatch();
   void CheckClientsGone();
+  void SendCancel(Active& a);  // once, unless compute is done with it
   bool HaveBytes(int32_t id);
   void Process(Active& a);
   void Finish(uint64_t id);
@@ -106,6 +111,7 @@ class Engine {
   const EngineConfig cfg_;
   Metrics& metrics_;
   zmq::socket_t compute_, tok_;
+  ipc::TokenizerRequests tok_requests_{tok_};  // sent again after 5 s and on the tokenizer's Ready
   ipc::RejectCounter rejects_;
 
   // Shared with HTTP threads.
@@ -123,8 +129,7 @@ class Engine {
   std::map<uint64_t, Active> active_;
   std::deque<uint64_t> waiting_;
   std::set<uint64_t> running_;
-  std::map<uint64_t, TokPending> tok_pending_;
-  uint64_t next_tok_ = 1;
+  std::map<uint64_t, TokPending> tok_pending_;  // by tokenizer request id
   std::unordered_map<int32_t, std::string> bytes_;  // token id -> its bytes
   std::set<int32_t> decoding_;
   std::optional<ChatControlIds> chat_ids_;

@@ -102,7 +102,6 @@ class TrunkReader {
 
   // Serves until Shutdown or a stop signal.
   void Serve() {
-    t_serve_ = Clock::now();
     for (;;) {
       if (!WaitForWork(ctl_, {*router_, worker_->notifier()}, std::chrono::milliseconds(100))) return;
       OnCompletions();
@@ -360,7 +359,7 @@ class TrunkReader {
   ipc::RejectCounter rejects_;
   uint64_t bytes_read_ = 0, pinned_bytes_ = 0, layers_streamed_ = 0, pieces_streamed_ = 0;
   double pinned_seconds_ = 0, read_seconds_ = 0;
-  Clock::time_point t_serve_, t_busy_;
+  Clock::time_point t_busy_;
   Clock::time_point next_stats_{};  // the next live Stats (k3-server /metrics)
   uint64_t stats_bytes_ = 0;        // bytes_read_ in the last one
 };

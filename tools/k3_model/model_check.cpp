@@ -133,12 +133,12 @@ int CheckModel(const std::string& dir, bool digests, int threads) {
   const int64_t resident = EverythingResident(layout.plan_model, po, floor);
   const int64_t total = MemInfo("MemTotal"), avail = MemInfo("MemAvailable");
   std::printf("memory: floor %s, every expert resident at %s; this machine: %s RAM, %s available\n",
-              plan::FormatBytes(floor).c_str(), plan::FormatBytes(resident).c_str(), plan::FormatBytes(total).c_str(),
-              plan::FormatBytes(avail).c_str());
+              k3::FormatBytes(floor).c_str(), k3::FormatBytes(resident).c_str(), k3::FormatBytes(total).c_str(),
+              k3::FormatBytes(avail).c_str());
   const int64_t usable = avail - avail / 10;  // headroom for the page cache and the rest of the system
   if (usable < floor)
     std::printf("budget: %s available is below the floor %s: k3 cannot run this model here\n",
-                plan::FormatBytes(avail).c_str(), plan::FormatBytes(floor).c_str());
+                k3::FormatBytes(avail).c_str(), k3::FormatBytes(floor).c_str());
   else if (usable >= resident)
     std::printf("budget: --budget %s (every expert resident; more buys nothing)\n", BudgetText(resident).c_str());
   else
@@ -147,7 +147,7 @@ int CheckModel(const std::string& dir, bool digests, int threads) {
   struct statvfs vs{};
   if (statvfs(dir.c_str(), &vs) == 0)
     std::printf("disk: %s free on the model's filesystem\n",
-                plan::FormatBytes(static_cast<int64_t>(vs.f_bavail) * static_cast<int64_t>(vs.f_frsize)).c_str());
+                k3::FormatBytes(static_cast<int64_t>(vs.f_bavail) * static_cast<int64_t>(vs.f_frsize)).c_str());
   return kExitOk;
 }
 

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <random>
 
+#include "tests/unit/ipc/token_message.h"
+
 namespace k3::ipc {
 namespace {
 

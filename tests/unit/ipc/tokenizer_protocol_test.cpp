@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/ipc/protocol.h"
+#include "tests/unit/ipc/token_message.h"
 
 namespace k3::ipc {
 namespace {

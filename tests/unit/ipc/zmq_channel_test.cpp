@@ -7,6 +7,8 @@
 
 #include <thread>
 
+#include "tests/unit/ipc/token_message.h"
+
 namespace k3::ipc {
 namespace {
 

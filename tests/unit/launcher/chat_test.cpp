@@ -1,13 +1,17 @@
-// The chat REPL's pure parts (launcher/chat.h): channel splitting of generated ids, the new
-// ids of a turn on a kept state, UTF-8 hold-back, the JSONL history; and the chat options
-// (TOML keys, flag rules).
+// The chat REPL's pure parts (launcher/chat.h, chat_turn.h, chat_saved.h): channel splitting
+// of generated ids, the new ids of a turn on a kept state, the turn's plan and Generate,
+// commands, the /save extra, UTF-8 hold-back, the JSONL history; and the chat options (TOML
+// keys, flag rules).
 #include "launcher/chat.h"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 
 #include "common/error.h"
+#include "launcher/chat_saved.h"
+#include "launcher/chat_turn.h"
 #include "launcher/options.h"
 
 namespace k3::launch {
@@ -130,6 +134,79 @@ TEST(ChatOptions, TomlKeysAndRules) {
   LaunchOptions t;
   EXPECT_EQ(ErrorCode([&] { ApplyToml("chat = 1\n", "t.toml", "/", t); }), kExitUsage);
   EXPECT_EQ(ErrorCode([&] { ApplyToml("no_think = \"yes\"\n", "t.toml", "/", t); }), kExitUsage);
+}
+
+TEST(ChatTurn, AValidKeptStateSendsOnlyTheNewIds) {
+  const int32_t eom = 103;
+  const std::vector<int32_t> last = {1, 2, 3};
+  const std::vector<int32_t> now = {1, 2, 3, 50, 51, 103, 60, 61};  // the reply 50 51, then the new turn
+  TurnPlan p = PlanTurn(now, last, /*state_valid=*/true, /*kept=*/6, eom, /*context=*/20);
+  EXPECT_EQ(p.send, std::vector<int32_t>({60, 61}));
+  EXPECT_TRUE(p.keep);
+  EXPECT_EQ(p.reused, 6);
+  EXPECT_EQ(p.room, 20 - 6 - 2);
+  // A reply cut short (state not valid), or nothing kept: the whole conversation again.
+  for (const TurnPlan& q : {PlanTurn(now, last, false, 6, eom, 20), PlanTurn(now, last, true, 0, eom, 20)}) {
+    EXPECT_EQ(q.send, now);
+    EXPECT_FALSE(q.keep);
+    EXPECT_EQ(q.reused, 0);
+    EXPECT_EQ(q.room, 20 - 8);
+  }
+  EXPECT_LT(PlanTurn(now, last, false, 6, eom, 8).room, 1);  // the context is full
+}
+
+TEST(ChatTurn, TheGenerateStopsAtTheMessagesEndAndFitsTheRoom) {
+  LaunchOptions o;
+  o.gen = 100;
+  o.context = 64;
+  o.stop_ids = {7, 103};
+  TurnPlan p;
+  p.send = {60, 61};
+  p.keep = true;
+  p.room = 10;
+  const ipc::compute::Generate g = TurnGenerate(o, p, Ids(), 4);
+  EXPECT_EQ(g.request_id, 4u);
+  EXPECT_EQ(g.ids, p.send);
+  EXPECT_EQ(g.gen, 10);  // the room, not --gen
+  EXPECT_EQ(g.stop_ids, std::vector<int32_t>({7, 103, 104}));  // eom once, then eos
+  EXPECT_TRUE(g.keep_state);
+  EXPECT_EQ(g.max_positions, 64);
+  p.room = 1000;
+  EXPECT_EQ(TurnGenerate(o, p, Ids(), 5).gen, 100);
+  EXPECT_EQ(KeptAfterTurn(40, 6, 2, 9), 40);
+  EXPECT_EQ(KeptAfterTurn(0, 6, 2, 9), 17);
+}
+
+TEST(ChatTurn, CommandsAndTheirArguments) {
+  EXPECT_EQ(ParseChatCommand("/quit").cmd, "/quit");
+  EXPECT_EQ(ParseChatCommand("/quit").arg, "");
+  const ChatCommand save = ParseChatCommand("/save   my chat.k3state  ");
+  EXPECT_EQ(save.cmd, "/save");
+  EXPECT_EQ(save.arg, (std::filesystem::current_path() / "my chat.k3state").string());
+  EXPECT_EQ(ParseChatCommand("/load /tmp/a").arg, "/tmp/a");
+  EXPECT_EQ(ParseChatCommand("/frob  x ").arg, "x");  // only /save and /load name files
+}
+
+TEST(ChatSaved, RoundTripAndRefusals) {
+  SavedChat s;
+  s.history = {{"system", "be brief", std::nullopt}, {"user", "hi", std::nullopt}, {"assistant", "hello", "greet"}};
+  s.thinking = true;
+  s.effort = "high";
+  s.last_render = {1, 2, 3};
+  s.state_valid = true;
+  const SavedChat back = ParseSavedChat(SavedChatExtra(s));
+  ASSERT_EQ(back.history.size(), 3u);
+  EXPECT_EQ(back.history[2].role, "assistant");
+  EXPECT_EQ(back.history[2].content, "hello");
+  EXPECT_EQ(back.history[2].reasoning, std::optional<std::string>("greet"));
+  EXPECT_FALSE(back.history[1].reasoning);
+  EXPECT_EQ(back.effort, "high");
+  EXPECT_EQ(back.last_render, s.last_render);
+  EXPECT_TRUE(back.thinking && back.state_valid);
+  EXPECT_THROW(ParseSavedChat("{}"), std::exception);  // a state file saved by a one-shot run
+  EXPECT_THROW(ParseSavedChat(R"({"k3_chat": 2})"), std::exception);
+  EXPECT_THROW(ParseSavedChat(R"({"k3_chat": 1, "history": ""})"), std::exception);  // fields missing
+  EXPECT_THROW(ParseSavedChat("not json"), std::exception);
 }
 
 }  // namespace

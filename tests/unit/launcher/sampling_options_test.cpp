@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "launcher/options.h"
 #include "launcher/report.h"
+#include "tests/unit/ipc/token_message.h"
 
 namespace k3::launch {
 namespace {

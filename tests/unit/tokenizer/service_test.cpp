@@ -10,6 +10,7 @@
 #include "services/tokenizer/service_process.h"
 #include "test_vocab.h"
 #include "tests/pipeline/services/service_harness.h"
+#include "tests/unit/ipc/token_message.h"
 
 namespace k3::tok {
 namespace {

@@ -1,9 +1,7 @@
-#include "launcher/tokenizer_client.h"
+#include "common/ipc/tokenizer_client.h"
 
-#include "common/ipc/protocol.h"
-
-namespace k3::launch {
-namespace tk = ipc::tokenizer;
+namespace k3::ipc {
+namespace tk = tokenizer;
 
 namespace {
 // Failed.error in words, in front of the service's detail.
@@ -22,6 +20,35 @@ const char* ErrorKind(tk::Error e) {
 }
 }  // namespace
 
+uint64_t TokenizerRequests::Send(const std::function<Encoded(uint64_t)>& make, Resend when) {
+  const uint64_t id = next_id_++;
+  Request r{make(id), when, Clock::now()};
+  SendMessage(sock_, r.msg);
+  pending_.emplace(id, std::move(r));
+  return id;
+}
+
+bool TokenizerRequests::Answered(uint64_t id) { return pending_.erase(id) > 0; }
+
+void TokenizerRequests::Forget(uint64_t id) { pending_.erase(id); }
+
+void TokenizerRequests::Restarted() {
+  const auto now = Clock::now();
+  for (auto& [id, r] : pending_)
+    if (r.when != Resend::kNever) {
+      r.sent = now;
+      SendMessage(sock_, r.msg);
+    }
+}
+
+void TokenizerRequests::ResendStale(Clock::time_point now) {
+  for (auto& [id, r] : pending_)
+    if (r.when == Resend::kOnRestartOrTimeout && now - r.sent > kTokenizerResend) {
+      r.sent = now;
+      SendMessage(sock_, r.msg);
+    }
+}
+
 TokenizerClient::TokenizerClient(zmq::context_t& ctx, const std::string& endpoint)
     : sock_(ctx, zmq::socket_type::dealer) {
   sock_.set(zmq::sockopt::linger, 0);
@@ -29,9 +56,9 @@ TokenizerClient::TokenizerClient(zmq::context_t& ctx, const std::string& endpoin
 }
 
 void TokenizerClient::StartEncode(const std::string& text) {
-  prompt_ = text;
-  encode_id_ = next_id_++;
-  ipc::SendMessage(sock_, ipc::Encode(tk::Encode{encode_id_, prompt_, false}));
+  if (encode_id_ != 0) requests_.Forget(encode_id_);
+  encode_id_ = requests_.Send([&](uint64_t id) { return Encode(tk::Encode{id, text, false}); },
+                              TokenizerRequests::Resend::kOnRestart);
 }
 
 void TokenizerClient::PushIds(const std::vector<int32_t>& ids) {
@@ -48,12 +75,12 @@ void TokenizerClient::SendNextChunk() {
   if (in_flight_ > 0 || in_flight_final_ || stream_done_ || !failure_.empty()) return;
   const size_t n = ids_.size() - acked_;
   if (n == 0 && !finishing_) return;
-  if (stream_id_ == 0) stream_id_ = next_id_++;
+  if (stream_id_ == 0) stream_id_ = requests_.NewId();
   tk::Decode d{stream_id_, std::vector<int32_t>(ids_.begin() + static_cast<long>(acked_), ids_.end()), true,
                finishing_};
   in_flight_ = n;
   in_flight_final_ = finishing_;
-  ipc::SendMessage(sock_, ipc::Encode(d));
+  SendMessage(sock_, Encode(d));
 }
 
 std::string TokenizerClient::TakeNewText() {
@@ -62,10 +89,10 @@ std::string TokenizerClient::TakeNewText() {
   return out;
 }
 
-void TokenizerClient::Drain(ipc::RejectCounter& rejects) {
-  while (auto r = ipc::ReceiveVerified(sock_, false, ipc::DecodeTokenizer, ipc::Clock::now(), rejects)) {
+void TokenizerClient::Drain(RejectCounter& rejects) {
+  while (auto r = ReceiveVerified(sock_, false, DecodeTokenizer, Clock::now(), rejects)) {
     if (const auto* e = std::get_if<tk::EncodedIds>(&r->message)) {
-      if (encode_id_ != 0 && e->request_id == encode_id_) {
+      if (encode_id_ != 0 && e->request_id == encode_id_ && requests_.Answered(encode_id_)) {
         encoded_ = e->ids;
         encode_id_ = 0;
       }
@@ -83,6 +110,7 @@ void TokenizerClient::Drain(ipc::RejectCounter& rejects) {
     } else if (const auto* f = std::get_if<tk::Failed>(&r->message)) {
       if (f->request_id != encode_id_ && f->request_id != stream_id_) continue;
       if (failure_.empty()) failure_ = std::string(ErrorKind(f->error)) + ": " + f->detail;
+      if (encode_id_ != 0) requests_.Forget(encode_id_);
       encode_id_ = 0;
       in_flight_ = 0;
       in_flight_final_ = false;
@@ -94,10 +122,10 @@ void TokenizerClient::Drain(ipc::RejectCounter& rejects) {
 }
 
 void TokenizerClient::Resend() {
-  if (encode_id_ != 0) StartEncode(prompt_);
+  requests_.Restarted();  // the pending encode, under its id
   if (stream_id_ == 0 || stream_done_ || !failure_.empty()) return;
   // A new stream replays every id; what was delivered already is skipped.
-  stream_id_ = next_id_++;
+  stream_id_ = requests_.NewId();
   skip_ = text_.size();
   acked_ = 0;
   in_flight_ = 0;
@@ -105,4 +133,4 @@ void TokenizerClient::Resend() {
   SendNextChunk();
 }
 
-}  // namespace k3::launch
+}  // namespace k3::ipc

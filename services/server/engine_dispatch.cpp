@@ -1,0 +1,143 @@
+// The engine's queue: submitted jobs get their prompt ids (given, or from the tokenizer), are
+// checked, wait for one of compute's max_batch places and go out as independent Generates;
+// a client that went away gets a Cancel. Compute's replies are filed by request.
+#include <algorithm>
+#include <climits>
+
+#include "common/end_ids.h"
+#include "common/ipc/protocol.h"
+#include "common/ipc/zmq_channel.h"
+#include "services/server/engine.h"
+#include "services/server/engine_errors.h"
+
+namespace k3::server {
+namespace cp = ipc::compute;
+namespace tk = ipc::tokenizer;
+using ipc::Clock;
+
+void Engine::TakeSubmitted() {
+  std::deque<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    jobs.swap(inbox_);
+  }
+  for (std::shared_ptr<Job>& job : jobs) {
+    const uint64_t id = job->id;
+    const RequestSpec& spec = job->spec;
+    auto [it, _] = active_.try_emplace(id, job);
+    Active& a = it->second;
+    if (spec.endpoint == Endpoint::kChat) a.split.emplace(*chat_ids_, spec.thinking);
+    if (spec.prompt_ids) {
+      OnPromptIds(id, *spec.prompt_ids);
+      continue;
+    }
+    SendTokenizer(TokPending{TokKind::kPrompt, id, -1, {}}, [&](uint64_t tid) {
+      return spec.endpoint == Endpoint::kChat
+                 ? ipc::Encode(tk::RenderChat{tid, HistoryJsonl(spec.messages), spec.thinking, spec.effort})
+                 : ipc::Encode(tk::Encode{tid, spec.prompt_text, false});
+    });
+  }
+}
+
+void Engine::OnPromptIds(uint64_t id, std::vector<int32_t> ids) {
+  const auto it = active_.find(id);
+  if (it == active_.end()) return;  // the client went away meanwhile
+  Active& a = it->second;
+  auto invalid = [&](std::string message, std::string code) {
+    Fail(id, MakeHttpError(400, std::move(message), "invalid_request_error", std::move(code)), Outcome::kInvalid);
+  };
+  if (ids.empty()) return invalid("the prompt encodes to no tokens", "invalid_prompt");
+  for (int32_t t : ids)
+    if (t < 0 || t >= cfg_.vocab)
+      return invalid("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                         std::to_string(cfg_.vocab) + ")",
+                     "invalid_prompt");
+  if (static_cast<int64_t>(ids.size()) >= cfg_.context)
+    return invalid("the prompt has " + std::to_string(ids.size()) + " tokens but the context is " +
+                       std::to_string(cfg_.context) + ": no room to generate",
+                   "context_length_exceeded");
+  a.prompt = std::move(ids);
+  a.queued = true;
+  waiting_.push_back(id);
+  std::lock_guard<std::mutex> lock(a.job->mu);
+  a.job->phase = Job::Phase::kQueued;
+  a.job->prompt_ids = a.prompt;
+  a.job->cv.notify_all();
+}
+
+std::vector<int32_t> Engine::StopIdsFor(const Active& a) const {
+  if (a.job->spec.ignore_eos) return {};
+  if (a.job->spec.endpoint != Endpoint::kChat) return cfg_.stop_ids;
+  return MergeIds(cfg_.stop_ids, {chat_ids_->eom, chat_ids_->eos});
+}
+
+void Engine::Dispatch() {
+  while (static_cast<int>(running_.size()) < cfg_.max_batch && !waiting_.empty()) {
+    const uint64_t id = waiting_.front();
+    Active& a = active_.at(id);
+    const RequestSpec& spec = a.job->spec;
+    const int64_t room = cfg_.context - static_cast<int64_t>(a.prompt.size());
+    cp::Generate g;
+    g.request_id = id;
+    g.ids = a.prompt;
+    g.gen = static_cast<int32_t>(std::min<int64_t>(spec.max_tokens.value_or(room), room));
+    g.prefill_chunk = cfg_.prefill_chunk;
+    g.stop_ids = StopIdsFor(a);
+    g.keep_state = false;  // every request is its own sequence
+    g.max_positions = static_cast<int32_t>(std::min<int64_t>(cfg_.context, INT32_MAX));
+    g.sampling = spec.sampling;
+    g.logprobs = spec.logprobs;
+    try {
+      ipc::SendMessage(compute_, ipc::Encode(g), {}, "compute");
+    } catch (const k3::Error&) {
+      return;  // compute not connected yet: the next round tries again
+    }
+    waiting_.pop_front();
+    running_.insert(id);
+    a.dispatched = true;
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      --pending_;
+    }
+    std::lock_guard<std::mutex> lock(a.job->mu);
+    a.job->phase = Job::Phase::kRunning;
+    a.job->cv.notify_all();
+  }
+}
+
+void Engine::SendCancel(Active& a) {
+  if (a.cancel_sent || a.done) return;
+  a.cancel_sent = true;
+  try {
+    ipc::SendMessage(compute_, ipc::Encode(cp::Cancel{a.job->id}), {}, "compute");
+  } catch (const k3::Error&) {
+    // compute is gone: the launcher ends the run
+  }
+}
+
+void Engine::CheckClientsGone() {
+  std::vector<uint64_t> drop;
+  for (auto& [id, a] : active_) {
+    if (!a.job->client_gone) continue;
+    if (!a.dispatched) drop.push_back(id);
+    else SendCancel(a);
+  }
+  for (uint64_t id : drop) Fail(id, ClientGone(), Outcome::kCancelled);
+}
+
+void Engine::HandleCompute() {
+  while (auto r = ipc::ReceiveVerified(compute_, true, ipc::DecodeCompute, Clock::now(), rejects_)) {
+    if (const auto* t = std::get_if<cp::Token>(&r->message)) {
+      const auto it = active_.find(t->request_id);
+      if (it == active_.end() || t->index != static_cast<int32_t>(it->second.tokens.size())) continue;
+      it->second.tokens.push_back(*t);
+    } else if (const auto* d = std::get_if<cp::Done>(&r->message)) {
+      const auto it = active_.find(d->request_id);
+      if (it != active_.end()) it->second.done = *d;
+    } else if (const auto* s = std::get_if<cp::Step>(&r->message)) {
+      metrics_.OnStep(*s);
+    }
+  }
+}
+
+}  // namespace k3::server
