@@ -229,5 +229,18 @@ TEST_F(TableFlags, FlagsWinAndGroupsReplace) {
   EXPECT_THROW(Read("", {"--prompt", "a", "--ids", "1"}), Error);
 }
 
+// The shipped configs use only keys of the table, each with its type.
+TEST(OptionTable, ConfigsAreValid) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(K3_SOURCE_DIR) + "/configs")) {
+    if (e.path().extension() != ".toml") continue;
+    SCOPED_TRACE(e.path().string());
+    LaunchOptions o;
+    EXPECT_NO_THROW(ApplyToml(ReadFile(e.path().string()), e.path().string(), e.path().parent_path().string(), o));
+    ++n;
+  }
+  EXPECT_GE(n, 1);
+}
+
 }  // namespace
 }  // namespace k3::launch
