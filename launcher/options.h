@@ -1,4 +1,6 @@
-// k3-launch settings: a TOML file (configs/*.toml) overridden by command-line flags.
+// k3-launch settings: a TOML file (configs/*.toml) overridden by command-line flags. Each field
+// that is an option has one row in the option table (option_table.h: key, flag, type, help),
+// which drives the TOML reader, the flags and the merge here; the defaults are these initializers.
 // Unknown TOML keys and wrongly typed values are k3::Error(kExitUsage) naming the key.
 #pragma once
 #include <cstdint>
@@ -23,7 +25,7 @@ struct LaunchOptions {
   int ring_slots = 0;         // trunk ring slots (0: the plan's rule, docs/memory-plan.md)
   std::string trunk_piece;   // ring slot size: "64M", "layer" (empty: plan::kTrunkPieceBytes)
   std::string read_ahead;    // trunk read-ahead when layers stream in pieces (empty: plan::kTrunkReadAhead)
-  int threads = 0;           // compute threads (0 = all cores; at most 4 x online CPUs)
+  int threads = 0;           // compute threads (0 = all cores; at most limits::MaxThreads())
   std::string expert_inputs = "f32";  // routed-expert inputs: "f32" (exact) or "bf16"
   int inflight = 4;          // reads in flight per service (--inflight of the readers)
   std::string dump_cache_trace;  // directory for the fetcher's expert_hist.json + expert_trace.bin
@@ -80,16 +82,16 @@ struct LaunchOptions {
 // The most expert servers a run uses (the fetcher's RemoteReads::kMaxServers).
 inline constexpr size_t kMaxExpertServers = 64;
 
-// The most compute threads k3-launch accepts: 4 x the online CPUs.
-int MaxThreads();
-
 // The plan's PlanOptions::prefix_cache for these options: an explicit size as given; auto is
 // plan::kPrefixCacheAuto when several requests reach one compute, else 0 (one prompt, or a chat
 // that continues its kept sequence: nothing to reuse, so nothing is taken from the budget).
 int64_t PrefixCacheFor(const LaunchOptions& opt, bool several_requests);
 
-// Parses argv (CLI11) and the TOML it names. Returns nullopt after --help was printed.
+// Parses argv (CLI11) and the TOML it names, the flags given winning, then CheckOptions.
+// Returns nullopt after --help or --version was printed.
 std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv);
+// The same without CheckOptions (tests: what each flag sets).
+std::optional<LaunchOptions> ReadLaunchOptions(int argc, char** argv);
 // TOML text -> options (exposed for tests). `base_dir` resolves relative model paths.
 // Checks each key's type; ranges are checked once, after the flags (CheckOptions).
 void ApplyToml(const std::string& toml_text, const std::string& source_name,

@@ -15,6 +15,7 @@
 
 #include "common/format_bytes.h"
 #include "common/model_config.h"
+#include "common/option_limits.h"
 #include "common/plan/trunk_pieces.h"
 
 namespace k3::plan {
@@ -61,8 +62,8 @@ struct PlanOptions {
 // --spec: the most drafts one verify pass takes.
 constexpr int64_t kMaxSpecDrafts = 16;
 
-// --max-batch: the most sequences one forward pass decodes together.
-constexpr int64_t kMaxBatch = 64;
+// --max-batch: the most sequences one forward pass decodes together (common/option_limits.h).
+inline constexpr int64_t kMaxBatch = limits::kMaxBatch;
 
 // What compute holds beyond the floor's one sequence to decode `max_batch` together (0 for 1):
 // per extra sequence its KDA state and MLA cache for the whole context, and the scratch of

@@ -11,6 +11,7 @@
 #include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/id_list.h"
+#include "common/option_limits.h"
 #include "common/plan/memory_plan.h"
 #include "common/process_init.h"
 #include "common/run_main.h"
@@ -18,19 +19,6 @@
 #include "compute_service.h"
 #include "omp_policy.h"
 #include "standalone.h"
-
-namespace {
-
-// libgomp crashes (SIGSEGV) or crawls when asked for tens of thousands of threads; more than a
-// few per core never helps. k3-launch applies the same bound to its --threads.
-void CheckThreads(int threads) {
-  const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
-  if (threads >= 1 && threads <= 4 * cores) return;
-  throw k3::UsageError("--threads " + std::to_string(threads) + ": must be between 1 and " +
-                       std::to_string(4 * cores) + " (4 x the " + std::to_string(cores) + " online CPU cores)");
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   k3::compute::EnsureOmpWaitPolicy();  // before the first parallel region (may re-execute)
@@ -104,7 +92,8 @@ int main(int argc, char** argv) {
                  "longest cached prefix of its prompt; the same ids); 0 = off (default; k3-launch passes its plan's)");
   return k3::RunMain("k3-compute", [&]() -> int {
     if (!k3::ParseCommandLine(app, argc, argv, "k3-compute")) return k3::kExitOk;
-    if (app.get_option("--threads")->count() > 0) CheckThreads(opt.threads);
+    if (app.get_option("--threads")->count() > 0)  // the bound k3-launch applies (common/option_limits.h)
+      if (const std::string bad = k3::limits::ThreadsProblem(opt.threads, false); !bad.empty()) throw k3::UsageError(bad);
     if (pipeline) {
       pipe.threads = opt.threads;
       pipe.dump_logits = opt.dump_logits;
@@ -120,14 +109,7 @@ int main(int argc, char** argv) {
     if (ids_text.empty()) throw k3::UsageError("--ids is required");
     for (int64_t id : k3::ParseIdList(ids_text, "--ids", int64_t{INT32_MAX} + 1)) opt.ids.push_back(static_cast<int32_t>(id));
     if (eps_opt->count() > 0) opt.mla_norm_eps = mla_eps;
-    if (!stop_ids_text.empty())
-      for (int64_t id : k3::ParseIdList(stop_ids_text, "--stop-ids", int64_t{INT32_MAX} + 1))
-        opt.stop_ids.push_back(static_cast<int32_t>(id));
-    for (const std::string& one : stop_id_text) {
-      const std::vector<int64_t> v = k3::ParseIdList(one, "--stop-id", int64_t{INT32_MAX} + 1);
-      if (v.size() != 1) throw k3::UsageError("--stop-id takes one id ('" + one + "'); use --stop-ids for a list");
-      opt.stop_ids.push_back(static_cast<int32_t>(v[0]));
-    }
+    opt.stop_ids = k3::limits::ParseStopIds(stop_ids_text, stop_id_text);
     opt.sampling = sampling.sampling;
     if (!sampling.Given("--seed")) opt.sampling.seed = k3::RandomSeed();
     opt.logprobs = sampling.logprobs;

@@ -24,9 +24,11 @@
 #include "common/error.h"
 #include "common/id_list.h"
 #include "common/loopback.h"
+#include "common/option_limits.h"
 #include "common/process_init.h"
 #include "common/run_main.h"
 #include "common/sampling_check.h"
+#include "common/sampling_flags.h"
 #include "common/service/service_shell.h"
 #include "services/server/engine.h"
 #include "services/server/http_api.h"
@@ -134,15 +136,8 @@ int Main(int argc, char** argv) {
   app.add_option("--api-key", f.http.api_key,
                  "clients must send 'Authorization: Bearer KEY' (default: $K3_API_KEY; none: no key)");
   app.add_flag("--insecure", f.insecure, "allow a non-loopback --listen without --api-key");
-  ipc::compute::Sampling& s = f.http.defaults.sampling;
-  app.add_option("--temperature", s.temperature, "default temperature of requests that give none (0: greedy)");
-  app.add_option("--top-k", s.top_k, "default top_k (0: off)");
-  app.add_option("--top-p", s.top_p, "default top_p (1: off)");
-  app.add_option("--min-p", s.min_p, "default min_p (0: off)");
-  app.add_option("--repeat-penalty", s.repeat_penalty, "default repetition_penalty (1: off)");
-  app.add_option("--repeat-last-n", s.repeat_last_n, "ids the repetition penalty looks back over (default 64)");
-  app.add_option("--presence-penalty", s.presence_penalty, "default presence_penalty (0: off)");
-  app.add_option("--frequency-penalty", s.frequency_penalty, "default frequency_penalty (0: off)");
+  ipc::compute::Sampling& s = f.http.defaults.sampling;  // the defaults of requests that give none
+  AddSamplingParamFlags(app, s);
   app.add_flag("--no-think", f.no_think, "chat: no reasoning channel unless a request asks for one");
   app.add_option("--thinking-effort", f.http.defaults.effort, "chat: default thinking effort low, high or max");
   if (!ParseCommandLine(app, argc, argv, "k3-server")) return kExitOk;
@@ -153,7 +148,8 @@ int Main(int argc, char** argv) {
   if (!f.http.api_key.empty() && f.insecure) throw UsageError("--insecure and --api-key exclude each other");
   if (f.http.api_key.empty() && !f.insecure && !IsLoopbackHost(host))
     throw UsageError(f.listen + " is reachable from other machines: pass --api-key, or --insecure");
-  if (f.engine.max_batch < 1 || f.engine.max_batch > 1024) throw UsageError("--max-batch must be 1 to 1024");
+  if (f.engine.max_batch < 1 || f.engine.max_batch > limits::kMaxBatch)
+    throw UsageError("--max-batch must be 1 to " + std::to_string(limits::kMaxBatch));
   if (f.engine.queue_size < 0 || f.engine.queue_size > 1 << 20) throw UsageError("--queue-size must be 0 to 1048576");
   if (f.http.threads < 1 || f.http.threads > 4096) throw UsageError("--threads must be 1 to 4096");
   if (f.max_body_bytes < 1024) throw UsageError("--max-body-bytes must be at least 1024");

@@ -78,7 +78,7 @@ class LauncherFaults(unittest.TestCase):
                                    timeout=TIMEOUT)
                 self.assertEqual(r.returncode, 2, r.stderr)
                 self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
-                self.assertIn("%d online cores" % cores, r.stderr)
+                self.assertIn("%d online CPU cores" % cores, r.stderr)
         for threads in ("0", "1", str(4 * cores)):
             r = subprocess.run(launch_cmd("--threads", threads, "--dry-run"), capture_output=True, text=True,
                                timeout=TIMEOUT)

@@ -5,6 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 
 namespace k3::launch {
 namespace {
@@ -222,6 +227,90 @@ TEST(CommandLines, ServerArgv) {
   EXPECT_EQ(After(b, "--model-name"), "k3");
   EXPECT_EQ(After(b, "--threads"), "3");
   EXPECT_FALSE(Has(b, "--stop-ids"));
+}
+
+}  // namespace
+}  // namespace k3::launch
+
+namespace k3::launch {
+namespace {
+
+// docs/pipeline.md "Command lines": the flags written for each binary (its entry runs until the
+// next binary's name or the block's end).
+std::map<std::string, std::set<std::string>> DocumentedFlags() {
+  std::ifstream in(std::string(K3_SOURCE_DIR) + "/docs/pipeline.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const size_t at = doc.find("\n## Command lines");
+  std::map<std::string, std::set<std::string>> flags;
+  if (at == std::string::npos) return flags;
+  std::istringstream lines(doc.substr(at + 1));
+  std::string line, binary;
+  bool in_block = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("    ", 0) != 0) {
+      if (in_block) break;
+      continue;
+    }
+    in_block = true;
+    if (line.rfind("    k3-", 0) == 0) binary = line.substr(4, line.find(' ', 4) - 4);
+    std::istringstream words(line);
+    for (std::string w; words >> w;) {
+      const size_t dash = w.find("--");
+      if (dash == std::string::npos) continue;
+      w = w.substr(dash);
+      w = w.substr(0, w.find_first_of("]`)…,"));
+      if (w.size() > 2) flags[binary].insert(w);
+    }
+  }
+  return flags;
+}
+
+void ExpectDocumented(const ServiceCommand& c, const std::map<std::string, std::set<std::string>>& doc) {
+  const std::string binary = std::filesystem::path(c.argv[0]).filename().string();
+  const auto it = doc.find(binary);
+  ASSERT_NE(it, doc.end()) << "docs/pipeline.md has no command line of " << binary;
+  for (const std::string& a : c.argv) {
+    if (a.rfind("--", 0) == 0) {
+      EXPECT_TRUE(it->second.count(a)) << binary << " is given " << a << ", which docs/pipeline.md leaves out";
+    }
+  }
+}
+
+// Every flag k3-launch passes is in docs/pipeline.md's "spawns exactly these" (it lacked
+// --max-batch, --prefix-cache and the --remote-*-key flags).
+TEST(CommandLines, EveryFlagPassedIsDocumented) {
+  const auto doc = DocumentedFlags();
+  LaunchOptions o = Options();
+  o.threads = 3;
+  o.probe_membw = true;
+  o.dump_logits = "/tmp/l.bin";
+  o.dump_cache_trace = "/tmp/trace";
+  o.expert_server = {"tcp://10.0.0.2:5557"};
+  o.expert_server_key = {"/k/server"};
+  o.client_key = "/k/client_secret";
+  o.manifest = "/m.json";
+  o.no_verify = true;
+  o.max_batch = 4;
+  plan::MemoryPlan streamed = Plan();
+  streamed.lm_head_resident = false;
+  streamed.embed_resident = false;
+  streamed.prefix_cache = 1 << 20;
+  plan::MemoryPlan hints = Plan();  // all layers pinned, some experts streamed: hints on
+  hints.pinned_layers = {0, 1, 2, 3};
+  plan::MemoryPlan warm = Plan();
+  warm.expert_slots = 24;
+  for (const plan::MemoryPlan& p : {streamed, hints, warm})
+    for (const ServiceCommand& c : ServiceCommandLines(o, Layout(), p, Endpoints(), "/vocab")) ExpectDocumented(c, doc);
+  EXPECT_TRUE(Has(Find(ServiceCommandLines(o, Layout(), hints, Endpoints(), ""), "compute").argv, "--prefetch-hints"));
+  o.serve = "127.0.0.1:8080";
+  o.insecure = true;
+  o.no_think = true;
+  o.thinking_effort_given = true;
+  ModelLayout m = Layout();
+  m.cfg.vocab_size = 100;
+  ExpectDocumented(ServerCommandLine(o, m, Endpoints(), {1, 2}, {"compute"}), doc);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/option_limits.h"
 #include "common/plan/memory_plan.h"
 
 namespace k3::launch {
@@ -236,7 +237,7 @@ TEST_F(FlagsTest, RangeChecks) {
   LaunchOptions o;
   for (const std::vector<std::string>& bad :
        std::vector<std::vector<std::string>>{{"--threads", "-1"},
-                                             {"--threads", std::to_string(MaxThreads() + 1)},
+                                             {"--threads", std::to_string(limits::MaxThreads() + 1)},
                                              {"--threads", "100000"},
                                              {"--context", "0"},
                                              {"--gen", "-2"},
@@ -254,9 +255,9 @@ TEST_F(FlagsTest, RangeChecks) {
     EXPECT_EQ(Parse(bad, o).first, kExitUsage);
   }
   const auto [code, msg] = Parse({"--threads", "100000"}, o);
-  EXPECT_NE(msg.find("online cores"), std::string::npos) << msg;
-  EXPECT_NE(msg.find(std::to_string(MaxThreads() / 4)), std::string::npos) << msg;
-  EXPECT_EQ(Parse({"--threads", std::to_string(MaxThreads())}, o).first, 0);
+  EXPECT_NE(msg.find("online CPU cores"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(limits::MaxThreads() / 4)), std::string::npos) << msg;
+  EXPECT_EQ(Parse({"--threads", std::to_string(limits::MaxThreads())}, o).first, 0);
   ASSERT_EQ(Parse({"--max-batch", "8"}, o).first, 0);
   EXPECT_EQ(o.max_batch, 8);
 }

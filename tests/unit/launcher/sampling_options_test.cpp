@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "common/error.h"
+#include "common/sampling_flags.h"
+#include "launcher/option_table.h"
 #include "launcher/options.h"
 #include "launcher/report.h"
 #include "tests/unit/ipc/token_message.h"
@@ -173,6 +176,45 @@ TEST(SamplingReport, LogprobsPerplexityAndSampling) {
   plain.perplexity = true;
   plain.done = ipc::compute::RunStats{};
   EXPECT_TRUE(BuildReport(plain, plan, ArenaSizes{})["perplexity"].is_null());
+}
+
+}  // namespace
+}  // namespace k3::launch
+
+namespace k3::launch {
+namespace {
+
+// k3-server's sampling defaults come from the same registration as k3-launch's keys: each
+// parameter of common/sampling_flags.h is a key of the option table, and its flag sets the field.
+TEST(SharedSamplingFlags, ServerRegistrationIsTheLaunchersKeys) {
+  ipc::compute::Sampling s;
+  CLI::App app;
+  AddSamplingParamFlags(app, s);
+  std::vector<std::string> args = {"x", "--temperature", "0.5", "--top-k", "7", "--top-p", "0.9", "--min-p", "0.1",
+                                   "--repeat-penalty", "1.5", "--repeat-last-n", "-1", "--presence-penalty", "0.25",
+                                   "--frequency-penalty", "-0.5"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  EXPECT_FLOAT_EQ(s.temperature, 0.5f);
+  EXPECT_EQ(s.top_k, 7);
+  EXPECT_FLOAT_EQ(s.top_p, 0.9f);
+  EXPECT_FLOAT_EQ(s.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(s.repeat_penalty, 1.5f);
+  EXPECT_EQ(s.repeat_last_n, -1);
+  EXPECT_FLOAT_EQ(s.presence_penalty, 0.25f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty, -0.5f);
+  int registered = 0;
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->get_name() == "--help") continue;
+    ++registered;
+    std::string key = o->get_name().substr(2);
+    std::replace(key.begin(), key.end(), '-', '_');
+    const OptionSpec* spec = FindLaunchOption(key);
+    ASSERT_NE(spec, nullptr) << o->get_name() << " is no k3-launch key";
+    EXPECT_TRUE(spec->services & kToServer) << key << " is not passed to k3-server";
+  }
+  EXPECT_EQ(registered, 8);
 }
 
 }  // namespace
