@@ -28,16 +28,26 @@ int64_t ServeHttpThreads(int64_t http_threads, int64_t max_batch, int64_t queue_
 // Threads of k3-server besides the connection threads: the main (listening) thread, the engine
 // thread, the overflow thread that answers 429, and ZeroMQ's I/O and reaper threads.
 constexpr int64_t kServerOwnThreads = 5;
-// Per thread: the stack pages it touches and its first malloc heap (glibc gives each thread an
-// arena of its own).
-constexpr int64_t kServerThreadBytes = 1ll << 20;
+// The figures below are measured (tests/bench/bench_server_peak.py; numbers and machine in
+// tests/bench/results/2026-12-01-server-peak.md): k3-server's VmHWM over its idle peak.
+// Idle it peaked at 11.5 MiB (1.5 MiB anon, 10.0 MiB file) with 26 threads, within the
+// kProcessOverheadBytes every process is charged.
+// Per thread: the stack pages and first malloc heap it touches while serving (idle, all 26
+// threads together touched 1.5 MiB of anon memory; what a request adds is in the figures below).
+constexpr int64_t kServerThreadBytes = 256ll << 10;
 // Per connection thread and per byte of max_body_bytes: the body as read, its JSON tree while
-// it is parsed and the prompt taken from it, at their peak (a body of small token ids).
-constexpr int64_t kServerBodyFactor = 32;
+// it is parsed and the prompt taken from it, at their peak. One 1 MiB body peaked at 10.1x
+// (one string), 19.1x (chat messages), 24.8-29.3x (small token ids) and 38.6x (nested arrays in
+// an ignored field, the densest tree per byte); 48 is 1.24x the largest.
+constexpr int64_t kServerBodyFactor = 48;
 // Per request held (running or waiting) and per position of its context: its prompt ids, the
 // tokens compute sent with their logprobs, their text and the response built from them.
-constexpr int64_t kServerPositionBytes = 4096;
-// Per vocabulary id: the bytes of each id decoded once and cached for the run.
+// Measured 4320 bytes with logprobs 20 (every request filling its context, half streamed) and
+// 140 without logprobs; 6144 is 1.42x the larger.
+constexpr int64_t kServerPositionBytes = 6144;
+// Per vocabulary id: the bytes of each id decoded once and cached for the run (an
+// unordered_map<int32_t, std::string>): 87.8 bytes per entry measured at 163,840 ids of 1-26
+// bytes (heap in use, glibc); 96 is 1.09x that.
 constexpr int64_t kServerDecodeCacheIdBytes = 96;
 
 struct ServerMemory {
