@@ -128,6 +128,7 @@ TEST(ServerMemory, HeldRequestsAreCappedByTheConnectionThreads) {
 TEST(ServerMemory, TheVocabularySizesTheDecodeCache) {
   PlanModel m = Synthetic();
   const int64_t small = MakePlan(m, 8 * kGiB, Serving(1, 16, 0, kMiB)).server.decode_cache;
+  EXPECT_GE(small, 1000 * 8);  // at least a pointer per id of the 1000
   m.cfg.vocab_size *= 4;
   EXPECT_EQ(MakePlan(m, 8 * kGiB, Serving(1, 16, 0, kMiB)).server.decode_cache, 4 * small);
 }
@@ -148,6 +149,8 @@ TEST(ServerMemory, EveryBudgetFromTheServingFloorFits) {
     EXPECT_EQ(sum, p.total);
     EXPECT_LE(p.total, b);
     EXPECT_EQ(server, p.server.total());
+    // The six connection threads' bodies at least as read, beside the other processes.
+    EXPECT_GE(server, 6 * (256 << 10));
   }
 }
 
