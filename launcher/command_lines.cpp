@@ -102,7 +102,7 @@ ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m,
   std::string name = opt.served_model_name;
   if (name.empty()) name = std::filesystem::path(opt.model).lexically_normal().filename().string();
   if (name.empty()) name = std::filesystem::path(opt.model).lexically_normal().parent_path().filename().string();
-  const int64_t threads = opt.http_threads > 0 ? opt.http_threads : opt.max_batch + opt.queue_size + 4;
+  const int64_t threads = plan::ServeHttpThreads(opt.http_threads, opt.max_batch, opt.queue_size);
   auto num = [](double v) {
     char b[32];
     std::snprintf(b, sizeof b, "%.9g", v);

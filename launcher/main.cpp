@@ -50,6 +50,8 @@ int Main(int argc, char** argv) {
   // A single run feeds one prompt (or a chat on its kept sequence): auto leaves the cache off.
   // k3-server sends compute many requests, which share system prompts and chat turns.
   po.prefix_cache = launch::PrefixCacheFor(opt, !opt.serve.empty());
+  // --serve: k3-server is a sixth process with its own threads, bodies and held requests.
+  po.serve = {!opt.serve.empty(), opt.http_threads, opt.queue_size, opt.max_body_bytes};
   const plan::MemoryPlan p = plan::MakePlan(m.plan_model, budget, po);
   for (int32_t id : opt.stop_ids)
     if (id >= m.cfg.vocab_size)

@@ -8,6 +8,8 @@
 // top_k expert slots); then
 // whole trunk layers (and lm_head) pinned largest-first; then every remaining byte as expert
 // slots; the embedding table is made resident only when every expert already has a slot. A budget below the floor is k3::Error(kExitBudget).
+// With --serve, k3-server's threads, connections and held requests are fixed costs like
+// compute's state (server_memory.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,13 +17,17 @@
 
 #include "common/format_bytes.h"
 #include "common/model_config.h"
-#include "common/option_limits.h"
+#include "common/plan/byte_sizes.h"
+#include "common/plan/compute_state.h"
+#include "common/plan/plan_model.h"
+#include "common/plan/server_memory.h"
 #include "common/plan/trunk_pieces.h"
 
 namespace k3::plan {
 
 // The processes of a run with a tokenizer: the launcher, compute, the trunk reader, the expert
-// fetcher and the tokenizer. A run without a tokenizer has one fewer; the plan counts five.
+// fetcher and the tokenizer. A run without a tokenizer has one fewer; the plan counts five, and
+// a sixth, k3-server, when serving (PlannedProcesses).
 constexpr int kPlannedProcesses = 5;
 // Private memory (heap, stacks, code and libraries: RssAnon + RssFile) of one process beyond
 // its own plan regions. Measured, not guessed: docs/trunk-pieces.md §7 and
@@ -37,8 +43,6 @@ constexpr int64_t kProcessOverheadBytes = 24ll << 20;
 // 36.3 MiB of it anon against about 3 MiB for a service without tables, so the tables take
 // about 33 MiB. 48 MiB is 1.45x that.
 constexpr int64_t kTokenizerTablesBytes = 48ll << 20;
-// PlanOptions::prefix_cache: size it from the budget (PrefixCacheAutoBytes).
-constexpr int64_t kPrefixCacheAuto = -1;
 
 struct PlanOptions {
   int64_t context = 4096;                       // tokens the MLA cache must hold
@@ -47,7 +51,7 @@ struct PlanOptions {
   int64_t trunk_piece = kTrunkPieceBytes;       // ring slot size (kTrunkPieceLayer: whole layers)
   int64_t read_ahead = kTrunkReadAhead;         // read ahead of compute when layers stream in pieces
   int64_t tokenizer_bytes = kTokenizerTablesBytes;    // vocabulary + merge tables
-  int64_t process_overhead = kProcessOverheadBytes;  // per process, kPlannedProcesses of them
+  int64_t process_overhead = kProcessOverheadBytes;  // per process, PlannedProcesses of them
   int64_t lm_head_window = 256ll << 20;         // lm_head chunk when no trunk layer streams
   int64_t embed_window = 16ll << 20;            // embed-window arena when not resident
   int64_t max_pinned_trunk = -1;                // config override: cap on pinned trunk bytes (-1 = none)
@@ -57,64 +61,14 @@ struct PlanOptions {
   int64_t spec_drafts = 0;                      // --spec: drafts per verify pass (0: no rollback region)
   int64_t max_batch = 1;                        // --max-batch: sequences compute decodes together (1: no batch-state)
   int64_t prefix_cache = 0;                     // compute's prefix-snapshot cache: bytes, 0 off, or kPrefixCacheAuto
+  ServeInputs serve;                            // --serve: k3-server and its options (server_memory.h)
 };
 
-// --spec: the most drafts one verify pass takes.
-constexpr int64_t kMaxSpecDrafts = 16;
-
-// --max-batch: the most sequences one forward pass decodes together (common/option_limits.h).
-inline constexpr int64_t kMaxBatch = limits::kMaxBatch;
-
-// What compute holds beyond the floor's one sequence to decode `max_batch` together (0 for 1):
-// per extra sequence its KDA state and MLA cache for the whole context, and the scratch of
-// its decode row (its activations, attention scores over the context, a logits row).
-int64_t BatchStateBytes(const ModelConfig& cfg, int64_t context, int64_t max_batch);
-
-// What compute holds to roll back a verify pass of `drafts` drafts (0 for 0; rollback.h): per
-// KDA layer the state before the pass (recurrent state + conv windows) and per position of the
-// pass its pre-conv q/k/v, recurrence inputs q/k/v/α and β, plus the pass's logits rows. MLA
-// needs only a length.
-int64_t SpecRollbackBytes(const ModelConfig& cfg, int64_t drafts);
-
-// Bytes one prefix-cache snapshot of a sequence of `positions` ids holds (compute's
-// PrefixCache counts exactly this): the ids, every KDA layer's recurrent state and conv
-// windows, and every MLA layer's latent rows (normed c + k_pe) of those positions, fp32.
-int64_t PrefixSnapshotBytes(const ModelConfig& cfg, int64_t positions);
-
-// prefix_cache = auto: room for two snapshots of a full-context sequence (a shared system
-// prompt and a chat's previous turn), but never more than a quarter of what the budget leaves
-// above the floor (`headroom`), so the floor is unchanged and the expert slots keep most of the
-// rest. 0 at the floor.
-int64_t PrefixCacheAutoBytes(const ModelConfig& cfg, int64_t context, int64_t headroom);
-
-// What the model needs, independent of the budget.
-struct PlanModel {
-  ModelConfig cfg;
-  std::vector<int64_t> trunk_bytes;  // per layer: the layer's trunk run (non-expert tensors)
-  // Per layer: MinPieceSlot of its tensors (empty: from the config's release shapes, capped at
-  // the widened layer).
-  std::vector<int64_t> min_piece_slot;
-  int64_t expert_bytes = 0;          // one routed expert (six tensors)
-  int64_t embed_bytes = 0;           // embed_tokens
-  int64_t lm_head_bytes = 0;         // lm_head (+ final norms, read with it)
-  // Optional (0 / -1 = derived from the sizes above, assuming the globals are contiguous):
-  int64_t small_globals_bytes = 0;   // norm + output_attn_res_* (always pinned)
-  int64_t embed_row_bytes = 0;       // one embedding row
-  int64_t lm_head_row_bytes = 0;     // one lm_head row
-  // Bytes of the pinned globals run ([min, max) of the tensors kept resident, from the shard
-  // headers) by (embed resident ? 1 : 0) | (lm_head resident ? 2 : 0).
-  int64_t globals_run[4] = {-1, -1, -1, -1};
-};
-
-// MinPieceSlot of layer `layer` (from min_piece_slot, else the config's release shapes), capped
-// at the widened layer: the smallest ring slot the layer can stream through.
-int64_t LayerMinPieceSlot(const PlanModel& m, int layer);
-
-// Builds PlanModel from a config alone, with release dtypes (common/tensor_names.h).
-PlanModel PlanModelFromConfig(const ModelConfig& cfg);
+// The processes the plan charges kProcessOverheadBytes for: kPlannedProcesses, and k3-server.
+inline int PlannedProcesses(const PlanOptions& o) { return kPlannedProcesses + (o.serve.serving ? 1 : 0); }
 
 struct Region {
-  std::string process;  // "compute", "tokenizer", "trunk-reader", "expert-fetcher", "shm"
+  std::string process;  // "compute", "tokenizer", "server", "fetcher", "all", "shm"
   std::string region;
   int64_t bytes = 0;
   std::string note;
@@ -144,6 +98,12 @@ struct MemoryPlan {
   int64_t prefix_cache = 0;   // compute: prefix-snapshot cache bound (k3-compute --prefix-cache; 0 = off)
   bool prefix_cache_auto = false;  // sized by PrefixCacheAutoBytes
   int64_t prefix_snapshot_bytes = 0;  // one snapshot of a full-context sequence (the region's note)
+  int processes = kPlannedProcesses;  // charged process-overhead (PlannedProcesses)
+  // k3-server (all zero without --serve)
+  bool serving = false;
+  int64_t server_http_threads = 0;  // connection threads (ServeHttpThreads)
+  int64_t server_max_body = 0;      // max_body_bytes, for the note
+  ServerMemory server;
   // trunk arena
   std::vector<int> pinned_layers;  // ascending layer indices
   int64_t pinned_bytes = 0;        // pinned arena: header page + widened layers + widened globals run
@@ -166,15 +126,5 @@ struct MemoryPlan {
 MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& opt = {});
 // The smallest budget MakePlan accepts.
 int64_t PlanFloor(const PlanModel& model, const PlanOptions& opt = {});
-
-// "8G", "1.5T", "512M", "4096", "32GiB" (binary units) or "auto" (MemAvailable from
-// /proc/meminfo). k3::Error(kExitUsage) on anything else.
-int64_t ParseBudget(const std::string& text);
-// --trunk-piece / trunk_piece: "layer" (kTrunkPieceLayer) or a size as ParseBudget reads it
-// ("64M"), at least 4096. k3::Error(kExitUsage) on anything else.
-int64_t ParseTrunkPiece(const std::string& text);
-// prefix_cache / --prefix-cache: a size as for the budget ("512M"), "0" or "off", or "auto"
-// (kPrefixCacheAuto; refused when !allow_auto). k3::Error(kExitUsage) naming `what` otherwise.
-int64_t ParsePrefixCache(const std::string& text, const std::string& what, bool allow_auto);
 
 }  // namespace k3::plan

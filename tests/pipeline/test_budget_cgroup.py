@@ -14,11 +14,23 @@ pieces, docs/trunk-pieces.md) and at a budget that keeps everything resident. Fo
 - the generated ids equal standalone k3-compute's, and the logits that choose the first token
   are bit-identical to standalone's (streamed or resident: same bytes, same dot products).
 
+In serve mode (`--serve`, the bundled demo model and its tokenizer) k3-launch runs at the serving
+floor inside the cap while every connection thread of k3-server carries a request at once (real
+HTTP, streamed and not, each body padded to max_body_bytes with an ignored field): at least
+queue_size of them must be answered 200, the rest 200 or 429; no OOM kill, the cgroup's and the
+sampled peak within the budget, and k3-server's own peak within its share of the plan (its
+regions plus one process overhead).
+
 Exit code 77 (ctest SKIP_RETURN_CODE) when the cgroup-v1 memory controller is missing or not
 writable. Environment: K3_BIN (binaries), K3_PYTHON (the numpy python, for the generator).
 """
 import glob
+import http.client
+import json
 import os
+import signal
+import socket
+import threading
 import subprocess
 import sys
 import tempfile
@@ -31,6 +43,7 @@ from proc_util import floor_bytes, main, require  # noqa: E402
 BIN = os.environ.get("K3_BIN", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
 GENERATOR = os.path.join(HERE, "..", "generator", "make_checkpoint.py")
+DEMO = os.path.join(HERE, "..", "..", "models", "k3-demo-tiny")
 PYTHON = os.environ.get("K3_PYTHON", "/usr/bin/python3")
 CGROOT = "/sys/fs/cgroup/memory"
 IDS = "1,5,9,8000,77,3,4095,42"
@@ -132,6 +145,37 @@ def shm_bytes(launcher_pid):
         except OSError:
             pass
     return total
+
+
+def status_bytes(pid, key):
+    """One "kB" field of /proc/PID/status in bytes (0 if the process is gone)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def exe_name(pid):
+    try:
+        return os.path.basename(os.readlink("/proc/%d/exe" % pid))
+    except OSError:
+        return ""
+
+
+def table_bytes(text):
+    """A size as the plan table prints it ("12.5 MiB", "1.25 GiB", "4096 B")."""
+    value, unit = text.split()
+    return int(float(value) * {"B": 1, "MiB": 1 << 20, "GiB": 1 << 30}[unit])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class BudgetCgroupTest(unittest.TestCase):
@@ -243,6 +287,142 @@ class BudgetCgroupTest(unittest.TestCase):
             budget *= 2
             self.assertLess(budget, 1 << 40)
         self.check(budget, False)
+
+
+class ServeBudgetCgroupTest(unittest.TestCase):
+    """k3-launch --serve at the serving floor inside a hard cap, every connection thread busy."""
+
+    MAX_BATCH, QUEUE = 2, 4
+    HTTP_THREADS = MAX_BATCH + QUEUE + 4  # k3-launch's default (docs/server.md)
+    MAX_BODY = 1 << 20
+    CONTEXT = 256
+
+    @classmethod
+    def setUpClass(cls):
+        if not BIN:
+            raise AssertionError("K3_BIN not set")
+        cls.tmp = tempfile.mkdtemp(prefix="k3-cgroup-serve-")
+        cls.toml = os.path.join(cls.tmp, "serve.toml")
+        with open(cls.toml, "w") as f:
+            f.write('model = "%s"\ntokenizer = "%s"\nio = "pread"\ncontext = %d\nthreads = 1\n'
+                    % (DEMO, DEMO, cls.CONTEXT))
+
+    def launch_args(self, port):
+        return [os.path.join(BIN, "k3-launch"), self.toml, "--serve", "127.0.0.1:%d" % port, "--max-batch",
+                str(self.MAX_BATCH), "--queue-size", str(self.QUEUE), "--max-body-bytes", str(self.MAX_BODY)]
+
+    def floor_and_plan(self):
+        r = subprocess.run(self.launch_args(1) + ["--budget", "1", "--dry-run"], capture_output=True, text=True,
+                           timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 6, r.stderr)
+        floor = int(r.stderr.split("(")[1].split(" bytes")[0])
+        r = subprocess.run(self.launch_args(1) + ["--budget", str(floor), "--dry-run"], capture_output=True,
+                           text=True, timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return floor, r.stdout
+
+    def request_body(self, i):
+        """A valid completion request padded to MAX_BODY with an ignored field of small ids."""
+        head = json.dumps({"model": "k3-demo-tiny", "prompt": [1 + i, 2, 3], "max_tokens": 24, "ignore_eos": True,
+                           "stream": i % 2 == 0})[:-1] + ', "pad": ['
+        n = (self.MAX_BODY - len(head) - 8) // 2
+        return (head + ",".join(["0"] * n) + "]}").encode()
+
+    def test_serve_floor_under_load(self):
+        floor, plan = self.floor_and_plan()
+        server_rows = [l for l in plan.splitlines() if l.startswith("server ")]
+        self.assertTrue(server_rows, "the serving plan has no k3-server share:\n" + plan)
+        overhead = [l for l in plan.splitlines() if "process-overhead" in l][0]
+        self.assertIn("6 processes", overhead)
+        per_process = table_bytes(" ".join(overhead.split()[2:4])) // 6
+        server_share = sum(table_bytes(" ".join(l.split()[2:4])) for l in server_rows) + per_process
+        port = free_port()
+        base = "127.0.0.1"
+        with MemoryCgroup(floor) as cg:
+            wrapper = 'echo $$ > "$0"/cgroup.procs && exec "$@"'
+            err_path = os.path.join(self.tmp, "serve.err")
+            with open(err_path, "wb") as err:
+                p = subprocess.Popen(["sh", "-c", wrapper, cg.path] + self.launch_args(port) + ["--budget", str(floor)],
+                                     stdout=subprocess.DEVNULL, stderr=err)
+            stop = threading.Event()
+            peak = [0, 0]  # sampled total, k3-server's VmHWM
+
+            def sample():
+                while not stop.is_set() and p.poll() is None:
+                    pids = cg.pids()
+                    peak[0] = max(peak[0], sum(private_bytes(q) for q in pids) + shm_bytes(p.pid))
+                    for q in pids:
+                        if exe_name(q) == "k3-server":
+                            peak[1] = max(peak[1], status_bytes(q, "VmHWM") - status_bytes(q, "RssShmem"))
+                    time.sleep(0.02)
+
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            try:
+                deadline = time.time() + 120
+                while True:
+                    self.assertIsNone(p.poll(), "k3-launch --serve exited %s at the floor" % p.returncode)
+                    try:
+                        c = http.client.HTTPConnection(base, port, timeout=2)
+                        c.request("GET", "/health")
+                        if c.getresponse().status == 200:
+                            break
+                    except OSError:
+                        pass
+                    self.assertLess(time.time(), deadline, "no /health 200 within 120 s")
+                    time.sleep(0.1)
+                bodies = [self.request_body(i) for i in range(self.HTTP_THREADS)]
+                answers = [None] * len(bodies)
+
+                def one(i):
+                    c = http.client.HTTPConnection(base, port, timeout=TIMEOUT)
+                    try:
+                        c.request("POST", "/v1/completions", body=bodies[i], headers={"Content-Type": "application/json"})
+                        r = c.getresponse()
+                        answers[i] = (r.status, r.read())
+                    except OSError as e:
+                        answers[i] = (None, str(e).encode())
+                    finally:
+                        c.close()
+
+                clients = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
+                for t in clients:
+                    t.start()
+                for t in clients:
+                    t.join()
+                self.assertIsNone(p.poll(), "k3-launch --serve died under load")
+            finally:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGINT)
+                    try:
+                        p.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+                stop.set()
+                sampler.join()
+                usage = int(cg.read("memory.max_usage_in_bytes"))
+                oom = cg.oom_kills()
+            with open(err_path, "rb") as f:
+                err_text = f.read().decode("utf-8", "replace")
+        self.assertEqual(oom, 0, "OOM kill inside the serving budget: " + err_text[-2000:])
+        codes = [a[0] for a in answers]
+        self.assertTrue(all(c in (200, 429) for c in codes), "answers %s: %s" % (codes, err_text[-2000:]))
+        # Requests arriving at once all wait for their prompt's encoding, which counts against the
+        # queue, so at least queue_size of them get in; the others may find the queue full.
+        self.assertGreaterEqual(codes.count(200), self.QUEUE, codes)
+        self.assertIn(p.returncode, (0, 5), "k3-launch after SIGINT: " + err_text[-2000:])
+        for (code, data), i in zip(answers, range(len(answers))):
+            if code == 200 and i % 2 == 1:
+                self.assertEqual(len(json.loads(data)["choices"][0]["text"]) > 0, True)
+            elif code == 200:
+                self.assertIn(b"data: [DONE]", data)
+        self.assertLessEqual(usage, floor)
+        self.assertGreater(peak[1], 0, "k3-server was never sampled")
+        self.assertLessEqual(peak[0], floor, "private memory + shm arenas exceeded the budget")
+        self.assertLessEqual(peak[1], server_share, "k3-server's peak is over its share of the plan")
+        sys.stderr.write("serve floor %d: cgroup max usage %d, sampled peak %d; k3-server peak %d of its share %d; "
+                         "answers %s\n" % (floor, usage, peak[0], peak[1], server_share, codes))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "common/ipc/slot_table.h"
-#include "synthetic_model.h"
+#include "tests/unit/plan/synthetic_model.h"
 
 namespace k3::launch {
 namespace {

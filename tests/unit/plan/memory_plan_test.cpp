@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "common/safetensors.h"
 #include "common/tensor_names.h"
-#include "synthetic_model.h"
+#include "tests/unit/plan/synthetic_model.h"
 
 namespace k3::plan {
 namespace {
