@@ -1,4 +1,4 @@
-// Trunk pieces (docs/trunk-pieces.md, issue 16): how one streamed layer is cut into pieces
+// Trunk pieces (docs/trunk-pieces.md): how one streamed layer is cut into pieces
 // that each fit one trunk-ring slot. A piece is a list of runs read into one slot; a run is
 // whole rows of one tensor, never a column block, so every output of a row-wise matrix product
 // is the same dot product whatever piece its row arrives in (kernels/matmul.h determinism
@@ -16,8 +16,8 @@
 namespace k3::plan {
 
 // Ring slot size for streamed layers (docs/trunk-pieces.md §5), the plan's default and its
-// TOML/flag override (trunk_piece, --trunk-piece). A working assumption, not yet measured: the
-// read-rate-vs-piece-size bench fixes the value; this is its one home.
+// TOML/flag override (trunk_piece, --trunk-piece). A working assumption: the read bench found
+// no piece size within 5% of whole-layer reads on the development VM (§5); this is its one home.
 inline constexpr int64_t kTrunkPieceBytes = 64ll << 20;
 // Bytes the trunk reader keeps read ahead of compute when layers stream in pieces (read_ahead).
 inline constexpr int64_t kTrunkReadAhead = 128ll << 20;

@@ -184,7 +184,7 @@ pcre2_code* Compile(const char* pattern) {
   int err = 0;
   PCRE2_SIZE off = 0;
   // PCRE2_ANCHORED at compile time: passed only to pcre2_match it disables the JIT
-  // (pcre2jit(3)), which is what this code did before issue 12.
+  // (pcre2jit(3)).
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, kOptions, &err,
                                    &off, nullptr);
   if (!code) {

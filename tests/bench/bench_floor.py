@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The memory floor's proof benchmark (issue 16, docs/trunk-pieces.md §9 step 7). Not a test.
+"""The memory floor's proof benchmark (docs/trunk-pieces.md). Not a test.
 
     bench_floor.py BUILD_DIR [--bin DIR] [--cache /work/ckpt] [--points 2G:2G,5.5G:6G,8G:8.5G]
                    [--gen 8] [--repeats 3] [--io direct] [--threads N] [--report FILE]
@@ -11,7 +11,7 @@ before every timed run, repeats interleaved across the points, and prints per po
 of s/token and of the bytes read per token (trunk streamed + experts, from the run report: the
 services' bytes_read over the forward passes), the plan's pinned layers and ring, the cgroup's
 peak usage and OOM kills, and whether the ids equal standalone k3-compute's. Then the read
-efficiency of issue 16: (bytes/token / s/token) at the first point over the same at the second
+efficiency: (bytes/token / s/token) at the first point over the same at the second
 (goal >= 0.9), and the raw disk MB/s measured in the same run. A point the plan refuses (exit 6,
 budget below the floor) is reported as refused with the plan's message, and the ratio as n/a.
 The disk is virtual and cached by its host: "cold" is only cold inside the VM.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Where the memory floor goes (issue 16): each process's measured peak next to the plan's
+"""Where the memory floor goes: each process's measured peak next to the plan's
 estimate for it, in a run at the plan's floor. Not a test: it prints a table.
 
     bench_floor_peaks.py BIN_DIR [--model DIR] [--toml FILE] [--ids 1,5,9] [--gen 5]

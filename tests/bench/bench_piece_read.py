@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Read rate against trunk piece size (docs/trunk-pieces.md §5, issue 16). Not a test.
+"""Read rate against trunk piece size (docs/trunk-pieces.md §5). Not a test.
 
     bench_piece_read.py BIN_DIR [--ckpt DIR] [--layers 0,1,2,3] [--io direct,uring] [--inflight 4]
                         [--pieces 1,4,16,64,256] [--read-ahead-mib 128] [--rounds 3]

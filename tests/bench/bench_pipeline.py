@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Pipeline benchmark (issue 4): s/token of k3-launch at three memory budgets on a checkpoint
+"""Pipeline benchmark: s/token of k3-launch at three memory budgets on a checkpoint
 with real K3 layer sizes, next to the disk's raw O_DIRECT bandwidth and the machine's memory
 read bandwidth measured in the same run. Not a test: it prints numbers and writes a report.
 

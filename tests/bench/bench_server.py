@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Server benchmark (issue 14, item 7): aggregate generated tokens/s of `k3-launch --serve` with
+"""Server benchmark: aggregate generated tokens/s of `k3-launch --serve` with
 1, 2, 4 and 8 concurrent streams, as ratios against 1 stream measured in the same run, on the
 real-geometry checkpoint at the streaming budget and at all-resident. Not a test: it prints
 numbers and writes a report.

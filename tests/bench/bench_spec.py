@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Speculative decoding benchmark (issue 13 item 7), in two halves measured separately,
+"""Speculative decoding benchmark, in two halves measured separately,
 because the demo model is trained but small (its steps are compute-bound and cheap) and the
 real-geometry checkpoint has K3's layer sizes but random weights (acceptance means nothing):
 
