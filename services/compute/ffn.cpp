@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "../../common/error.h"
+#include "common/error.h"
 #include "mixers.h"
 #include "ops.h"
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "../../common/error.h"
+#include "common/error.h"
 #include "mixers.h"
 #include "ops.h"
 

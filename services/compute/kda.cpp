@@ -2,7 +2,7 @@
 #include <cmath>
 #include <vector>
 
-#include "../../common/error.h"
+#include "common/error.h"
 
 #include "mixers.h"
 #include "ops.h"

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "../../common/word_sum.h"
+#include "common/word_sum.h"
 
 namespace k3::compute {
 

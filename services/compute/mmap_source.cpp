@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "../../common/error.h"
+#include "common/error.h"
 
 namespace k3::compute {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "../../common/error.h"
+#include "common/error.h"
 
 namespace k3::compute {
 

@@ -14,11 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "../../common/error.h"
-#include "../../common/median.h"
+#include "common/error.h"
+#include "common/median.h"
 #include "common/end_ids.h"
 #include "common/sampling_check.h"
-#include "../../common/plan/memory_plan.h"
+#include "common/plan/memory_plan.h"
 #include "common/manifest.h"
 #include "common/service/service_shell.h"
 #include "common/stdout_writer.h"

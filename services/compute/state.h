@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../../common/model_config.h"
+#include "common/model_config.h"
 
 namespace k3::compute {
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "../../common/error.h"
+#include "common/error.h"
 
 namespace k3::compute {
 

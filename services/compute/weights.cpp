@@ -4,8 +4,8 @@
 #include <cstring>
 #include <sstream>
 
-#include "../../common/error.h"
-#include "../../common/tensor_names.h"
+#include "common/error.h"
+#include "common/tensor_names.h"
 
 namespace k3::compute {
 

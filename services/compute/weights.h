@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "../../common/model_config.h"
-#include "../../common/safetensors.h"
-#include "../../common/tensor_names.h"
+#include "common/model_config.h"
+#include "common/safetensors.h"
+#include "common/tensor_names.h"
 #include "kernels/matmul.h"
 
 namespace k3::compute {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "../../common/error.h"
+#include "common/error.h"
 #include "utf8.h"
 
 namespace k3::tok {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../../common/error.h"
+#include "common/error.h"
 
 namespace k3::tok {
 namespace {

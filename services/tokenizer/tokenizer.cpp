@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "../../common/error.h"
+#include "common/error.h"
 #include "bpe.h"
 #include "utf8.h"
 

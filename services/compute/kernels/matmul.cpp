@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../../../common/error.h"
+#include "common/error.h"
 #include "kernels_detail.h"
 
 namespace k3::kern {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "../../../common/error.h"
+#include "common/error.h"
 #include "chat_template.h"
 #include "test_vocab.h"
 

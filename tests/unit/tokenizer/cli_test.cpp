@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../../../common/error.h"
+#include "common/error.h"
 #include "test_vocab.h"
 
 namespace k3::tok {

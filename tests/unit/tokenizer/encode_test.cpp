@@ -2,7 +2,7 @@
 
 #include <random>
 
-#include "../../../common/error.h"
+#include "common/error.h"
 #include "bpe.h"
 #include "pretokenizer.h"
 #include "test_vocab.h"

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../../../common/error.h"
+#include "common/error.h"
 #include "history.h"
 
 namespace k3::tok {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "../../../common/error.h"
+#include "common/error.h"
 #include "test_vocab.h"
 
 namespace k3::tok {
