@@ -22,15 +22,7 @@ using synthetic::kGiB;
 using synthetic::kMiB;
 using synthetic::Widened;
 
-PlanModel Synthetic() {
-  PlanModel m;
-  m.cfg = synthetic::SyntheticConfig(8, 4);
-  m.trunk_bytes = {90 * kMiB, 40 * kMiB, 40 * kMiB, 25 * kMiB, 40 * kMiB, 40 * kMiB, 41 * kMiB, 26 * kMiB};
-  m.expert_bytes = 3 * kMiB + 100;
-  m.embed_bytes = 30 * kMiB;
-  m.lm_head_bytes = 30 * kMiB;
-  return m;
-}
+PlanModel Synthetic() { return synthetic::SyntheticPlanModel(); }
 
 PlanOptions SmallOptions() {
   PlanOptions o;

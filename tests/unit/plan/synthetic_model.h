@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/model_config.h"
+#include "common/plan/memory_plan.h"
 
 namespace k3::synthetic {
 
@@ -39,6 +40,18 @@ inline ModelConfig SyntheticConfig(int layers, int mla_every) {
   for (int l = 0; l < layers; ++l)
     c.layer_kind.push_back(l % mla_every == mla_every - 1 ? MixerKind::MLA : MixerKind::KDA);
   return c;
+}
+
+// SyntheticConfig(8, 4) with trunk layers of uneven sizes (a large dense layer 0, two small MLA
+// layers), 3 MiB experts and 30 MiB embedding and lm_head: the plan tests' model.
+inline plan::PlanModel SyntheticPlanModel() {
+  plan::PlanModel m;
+  m.cfg = SyntheticConfig(8, 4);
+  m.trunk_bytes = {90 * kMiB, 40 * kMiB, 40 * kMiB, 25 * kMiB, 40 * kMiB, 40 * kMiB, 41 * kMiB, 26 * kMiB};
+  m.expert_bytes = 3 * kMiB + 100;
+  m.embed_bytes = 30 * kMiB;
+  m.lm_head_bytes = 30 * kMiB;
+  return m;
 }
 
 }  // namespace k3::synthetic
