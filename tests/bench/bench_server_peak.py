@@ -24,10 +24,12 @@ import http.client
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pipeline"))
+from proc_util import free_port  # noqa: E402  (the tests' one helper)
 import threading
 import time
 
@@ -39,12 +41,6 @@ NAME = "k3-demo-tiny"
 
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def status(pid):
