@@ -49,7 +49,7 @@ class Session {
         tty_(::isatty(STDIN_FILENO) == 1 && ::isatty(STDOUT_FILENO) == 1), thinking_(!opt.no_think),
         effort_(opt.thinking_effort) {
     tok_.set(zmq::sockopt::linger, 0);
-    tok_.connect(host.TokenizerEndpoint());
+    ipc::Connect(tok_, host.TokenizerEndpoint());
     if (!opt_.system.empty()) history_.push_back({"system", opt_.system, std::nullopt});
   }
   ChatResult Run();

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "common/plan/memory_plan.h"
-#include "common/sampling_flags.h"
+#include "common/sampling_params.h"
 
 // A row names only the fields it needs; the rest keep OptionSpec's defaults.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"

@@ -299,7 +299,7 @@ HandshakeWatch::HandshakeWatch(zmq::context_t& ctx, zmq::socket_t& watched, std:
   if (zmq_socket_monitor(watched_.handle(), addr, events) != 0)
     throw RuntimeFailure(std::string("zmq_socket_monitor: ") + zmq_strerror(zmq_errno()));
   pair_.set(zmq::sockopt::linger, 0);
-  pair_.connect(addr);
+  Connect(pair_, addr);
 }
 
 HandshakeWatch::~HandshakeWatch() { (void)zmq_socket_monitor(watched_.handle(), nullptr, 0); }

@@ -52,7 +52,7 @@ void TokenizerRequests::ResendStale(Clock::time_point now) {
 TokenizerClient::TokenizerClient(zmq::context_t& ctx, const std::string& endpoint)
     : sock_(ctx, zmq::socket_type::dealer) {
   sock_.set(zmq::sockopt::linger, 0);
-  sock_.connect(endpoint);  // the service binds; ZeroMQ reconnects after a restart
+  Connect(sock_, endpoint);  // the service binds; ZeroMQ reconnects after a restart
 }
 
 void TokenizerClient::StartEncode(const std::string& text) {

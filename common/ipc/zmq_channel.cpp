@@ -105,10 +105,24 @@ void BindPrivate(zmq::socket_t& s, const std::string& endpoint) {
     if (zmq_setsockopt(s.handle(), ZMQ_IPC_FILTER_UID, &uid, sizeof uid) != 0)
       throw RuntimeFailure("cannot bind " + endpoint + ": peer uid filter: " + zmq_strerror(zmq_errno()));
   }
-  try {
-    s.bind(endpoint);
-  } catch (const zmq::error_t& e) {
-    throw RuntimeFailure("cannot bind " + endpoint + ": " + e.what());
+  for (;;) {
+    try {
+      s.bind(endpoint);
+      return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw RuntimeFailure("cannot bind " + endpoint + ": " + e.what());
+    }
+  }
+}
+
+void Connect(zmq::socket_t& s, const std::string& endpoint) {
+  for (;;) {
+    try {
+      s.connect(endpoint);
+      return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
   }
 }
 

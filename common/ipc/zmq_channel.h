@@ -41,7 +41,11 @@ int Poll(zmq::pollitem_t* items, size_t n, std::chrono::milliseconds timeout);
 std::string PrivateEndpointBase();
 // Binds `s` to `endpoint`; on an abstract ipc endpoint ("ipc://@...") only peers of this
 // user id may connect (abstract sockets have no file permissions to do that).
+// Retried when a signal interrupts it (ZeroMQ's bind and connect first look at the socket's
+// command pipe, and that wait can be interrupted: a stop-unrelated signal must not fail them).
 void BindPrivate(zmq::socket_t& s, const std::string& endpoint);
+// s.connect(endpoint), retried when a signal interrupts it; other errors throw zmq::error_t.
+void Connect(zmq::socket_t& s, const std::string& endpoint);
 
 // One verified message, with the sender's identity (ROUTER sockets) and the bulk frame, if any.
 template <class Msg>

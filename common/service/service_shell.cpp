@@ -1,5 +1,6 @@
 #include "common/service/service_shell.h"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <atomic>
@@ -32,7 +33,7 @@ ControlLink::ControlLink(zmq::context_t& ctx, const std::string& endpoint, const
   sock_.set(zmq::sockopt::routing_id, service);
   sock_.set(zmq::sockopt::linger, 200);
   try {
-    sock_.connect(endpoint);
+    ipc::Connect(sock_, endpoint);
   } catch (const zmq::error_t& e) {
     throw UsageError("--control " + endpoint + ": " + e.what());
   }

@@ -8,7 +8,6 @@
 // Thread-safety: a ControlLink is used by one thread at a time (k3-server's engine thread has it
 // while the HTTP server runs); the signal flag is atomic.
 #pragma once
-#include <CLI/CLI.hpp>
 #include <zmq.hpp>
 
 #include <chrono>
@@ -23,6 +22,11 @@
 #include "common/format_bytes.h"
 #include "common/ipc/messages.h"
 #include "common/ipc/zmq_channel.h"
+
+// Declared, not included: CLI11 costs seconds per file that includes it.
+namespace CLI {
+class App;
+}
 
 namespace k3::svc {
 

@@ -32,7 +32,7 @@ zmq::socket_t Dealer(zmq::context_t& ctx, const std::string& endpoint, const std
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   if (!identity.empty()) s.set(zmq::sockopt::routing_id, identity);
   s.set(zmq::sockopt::linger, 200);
-  s.connect(endpoint);
+  ipc::Connect(s, endpoint);
   return s;
 }
 

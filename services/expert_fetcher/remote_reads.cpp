@@ -52,7 +52,7 @@ RemoteReads::RemoteReads(zmq::context_t& ctx, const std::vector<std::string>& en
     s.st.endpoint = endpoints[i];
     s.sock = Connect(ctx, endpoints[i], curve);
     s.watch = std::make_unique<ipc::HandshakeWatch>(ctx, s.sock, endpoints[i], curve != nullptr);
-    s.sock.connect(endpoints[i]);
+    ipc::Connect(s.sock, endpoints[i]);
   }
 }
 

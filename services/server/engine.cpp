@@ -19,7 +19,7 @@ Engine::Engine(zmq::context_t& ctx, svc::ControlLink& ctl, EngineConfig cfg, Met
   compute_.set(zmq::sockopt::linger, 0);
   ipc::BindPrivate(compute_, cfg_.compute);
   tok_.set(zmq::sockopt::linger, 0);
-  tok_.connect(cfg_.tokenizer);
+  ipc::Connect(tok_, cfg_.tokenizer);
 }
 
 std::string Engine::NotReady() const {

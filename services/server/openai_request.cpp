@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "common/sampling_check.h"
-#include "common/sampling_flags.h"
+#include "common/sampling_params.h"
 
 namespace k3::server {
 namespace {
