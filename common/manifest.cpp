@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/user_file.h"
 #include "common/json_strict.h"
 
 namespace k3 {
@@ -154,16 +155,7 @@ std::string ManifestJson(const Manifest& m) {
 }
 
 void WriteManifest(const Manifest& m, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  const std::string text = ManifestJson(m);
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  ok = f && std::fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
-  if (f) ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(kExitOutput, path + ": cannot write the expert manifest");
-  }
+  WriteFileAtomically(path, ManifestJson(m), "expert manifest", kExitOutput);
 }
 
 std::optional<Manifest> CheckExpertSource(const std::string& model_dir, const std::string& manifest_flag,

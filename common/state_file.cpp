@@ -1,10 +1,12 @@
 #include "common/state_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/user_file.h"
 
 namespace k3::state {
 namespace {
@@ -114,6 +117,9 @@ uint64_t BodyFloats(const ModelConfig& cfg, int64_t position) {
 
 StateInfo ReadStateFile(const std::string& path, const Expect& want, const SectionsFor& sections) {
   auto bad = [&](const std::string& why) { return BadInput("state file " + path + ": " + why); };
+  // A FIFO or device is refused before it is read (it could block or never end).
+  if (struct stat st {}; ::stat(path.c_str(), &st) != 0) throw bad(std::string("cannot read (") + std::strerror(errno) + ")");
+  CheckUserFile(path, UINT64_MAX, "state file", kExitBadInput);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw bad(std::string("cannot read (") + std::strerror(errno) + ")");
   f.seekg(0, std::ios::end);
@@ -157,6 +163,9 @@ StateInfo ReadStateFile(const std::string& path, const Expect& want, const Secti
     for (uint64_t left = floats; left > 0; left -= std::min<uint64_t>(left, scratch.size()))
       dst.emplace_back(scratch.data(), std::min<uint64_t>(left, scratch.size()));
   }
+  // Every float of a state the engine wrote is finite; a NaN or infinity (with a recomputed
+  // checksum) would run on as garbage ids, so it is refused.
+  bool finite = true;
   for (const auto& s : dst) {
     char* p = reinterpret_cast<char*>(s.data());
     for (uint64_t done = 0, total = s.size() * 4; done < total;) {
@@ -165,6 +174,7 @@ StateInfo ReadStateFile(const std::string& path, const Expect& want, const Secti
       hs.Add(p + done, n);
       done += n;
     }
+    for (const float v : s) finite = finite && std::isfinite(v);
   }
   info.extra.resize(extra);
   if (!f.read(info.extra.data(), static_cast<std::streamsize>(extra))) throw bad("read failed");
@@ -172,6 +182,7 @@ StateInfo ReadStateFile(const std::string& path, const Expect& want, const Secti
   uint64_t stored = 0;
   if (!f.read(reinterpret_cast<char*>(&stored), 8)) throw bad("read failed");
   if (stored != hs.Digest()) throw bad("checksum mismatch: the file is corrupt");
+  if (!finite) throw bad("holds a value that is not finite (NaN or infinity): corrupt");
 
   info.model.config_hash = Get<uint64_t>(h, kOffConfigHash);
   info.model.layout_hash = Get<uint64_t>(h, kOffLayoutHash);
@@ -219,32 +230,20 @@ void WriteStateFile(const std::string& path, const ModelConfig& cfg, const State
   Put<uint64_t>(h, kOffExtra, info.extra.size());
   Put<int64_t>(h, kOffContext, static_cast<int64_t>(info.ids.size()));
 
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  auto fail = [&](const std::string& why) {
-    std::remove(tmp.c_str());
-    return Error(kExitOutput, "state file " + path + ": " + why);
-  };
-  std::FILE* out = std::fopen(tmp.c_str(), "wb");
-  if (!out) throw fail(std::string("cannot write (") + std::strerror(errno) + ")");
+  AtomicFile out(path, "state file", kExitOutput);
   Hasher hs;
-  bool ok = true;
   auto put = [&](const void* p, size_t n) {
     if (n == 0) return;
     hs.Add(p, n);
-    ok = ok && std::fwrite(p, 1, n, out) == n;
+    out.Write(p, n);
   };
   put(h, kHeaderBytes);
   put(info.ids.data(), info.ids.size() * 4);
   for (const auto& s : body) put(s.data(), s.size() * 4);
   put(info.extra.data(), info.extra.size());
   const uint64_t sum = hs.Digest();
-  ok = ok && std::fwrite(&sum, 1, 8, out) == 8;
-  ok = ok && std::fflush(out) == 0 && ::fsync(::fileno(out)) == 0;
-  const int err = errno;
-  ok = (std::fclose(out) == 0) && ok;
-  if (!ok) throw fail(std::string("write failed (") + std::strerror(err) + ")");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw fail(std::string("cannot rename into place (") + std::strerror(errno) + ")");
+  out.Write(&sum, 8);
+  out.Commit();
 }
 
 }  // namespace k3::state

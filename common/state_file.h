@@ -64,7 +64,8 @@ using SectionsFor = std::function<std::vector<std::span<float>>(int64_t position
 // is unspecified when it throws); without it the file is only checked (constant memory).
 StateInfo ReadStateFile(const std::string& path, const Expect& want, const SectionsFor& sections = nullptr);
 
-// Writes PATH.tmp-<pid> then renames it over PATH. `body` holds the sections in file order
+// Writes through an AtomicFile (common/user_file.h: a random O_EXCL temporary renamed over
+// PATH; a non-regular PATH is refused). `body` holds the sections in file order
 // (their sizes must add up to BodyFloats(cfg, info.position)). Error(kExitOutput) when it
 // cannot be written; PATH is then untouched.
 void WriteStateFile(const std::string& path, const ModelConfig& cfg, const StateInfo& info,

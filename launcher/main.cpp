@@ -9,6 +9,7 @@
 #include "common/end_ids.h"
 #include "common/error.h"
 #include "common/id_list.h"
+#include "common/user_file.h"
 #include "common/manifest.h"
 #include "common/plan/memory_plan.h"
 #include "common/run_main.h"
@@ -60,6 +61,9 @@ int Main(int argc, char** argv) {
   // A trunk-only copy without an expert server, or a server without a manifest: refused before
   // anything starts (the fetcher checks the same at its start). A dry run only plans.
   if (!opt.dry_run) CheckExpertSource(opt.model, opt.manifest, m.cfg, !opt.expert_server.empty(), opt.no_verify);
+  // An output file that could not be written (a symlink, device or FIFO in its place, no
+  // directory): refused now, not after the run (common/user_file.h).
+  if (!opt.dry_run) launch::CheckOutputFiles(opt);
   std::FILE* plan_out = opt.dry_run ? stdout : stderr;  // stdout carries only ids in a run
   // --quiet: the plan goes nowhere in a run (a dry run prints it: that is what it is for).
   std::FILE* devnull = nullptr;
@@ -132,11 +136,8 @@ int Main(int argc, char** argv) {
     in.has_text = true;
     in.text = opt.prompt;
     if (!opt.prompt_file.empty()) {
-      std::ifstream f(opt.prompt_file, std::ios::binary);
-      if (!f) throw BadInput("--prompt-file: cannot read " + opt.prompt_file);
-      std::stringstream ss;
-      ss << f.rdbuf();
-      in.text = ss.str();
+      in.text = ReadUserFile(opt.prompt_file, kMaxPromptFileBytes, "--prompt-file", kExitBadInput,
+                             FileKinds::kRegularOrPipe);
     }
     if (in.tokenizer_dir.empty())
       throw UsageError("--prompt needs a tokenizer: set 'tokenizer' in the TOML (a directory with "

@@ -20,6 +20,7 @@
 #include "common/ipc/curve.h"
 #include "common/id_list.h"
 #include "common/loopback.h"
+#include "common/user_file.h"
 #include "common/option_limits.h"
 #include "common/sampling_check.h"
 #include "common/sampling_flags.h"
@@ -218,12 +219,9 @@ std::optional<LaunchOptions> ReadLaunchOptions(int argc, char** argv) {
   if (!ParseCommandLine(app, argc, argv, "k3-launch")) return std::nullopt;  // --help, --version
 
   LaunchOptions opt;
-  std::ifstream in(cli.config_path);
-  if (!in) throw UsageError("cannot read config " + cli.config_path);
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = ReadUserFile(cli.config_path, kMaxConfigFileBytes, "config", kExitUsage);
   const std::string base = std::filesystem::path(cli.config_path).parent_path().string();
-  ApplyToml(text.str(), cli.config_path, base, opt);
+  ApplyToml(text, cli.config_path, base, opt);
   opt.config_path = cli.config_path;
   // Flags given on the command line win over the TOML.
   auto given = [&](const std::string& flag) { return app.get_option(flag)->count() > 0; };
@@ -249,6 +247,14 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   std::optional<LaunchOptions> opt = ReadLaunchOptions(argc, argv);
   if (opt) CheckOptions(*opt);
   return opt;
+}
+
+void CheckOutputFiles(LaunchOptions& opt) {
+  for (const OptionSpec& spec : LaunchOptionTable()) {
+    if (spec.type != OptionType::kOutput || spec.value != "FILE") continue;  // a DIR holds several files
+    const std::string& path = *std::get<std::string*>(spec.field(opt));
+    if (!path.empty()) CheckOutputPath(path, FlagOf(spec));
+  }
 }
 
 void CheckOptions(const LaunchOptions& opt) {

@@ -98,5 +98,8 @@ void ApplyToml(const std::string& toml_text, const std::string& source_name,
                const std::string& base_dir, LaunchOptions& opt);
 // Range checks of the merged options (TOML + flags); UsageError (exit 2) naming the option.
 void CheckOptions(const LaunchOptions& opt);
+// Every output FILE of the option table (kOutput) that is set must be writable as an
+// AtomicFile (common/user_file.h: CheckOutputPath), else exit 4 before anything starts.
+void CheckOutputFiles(LaunchOptions& opt);
 
 }  // namespace k3::launch

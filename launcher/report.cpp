@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/user_file.h"
 #include "common/median.h"
 #include "common/sampling_check.h"
 
@@ -213,11 +214,9 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
 }
 
 void WriteReportFile(const std::string& path, const nlohmann::json& report) {
-  std::ofstream f(path, std::ios::trunc);
   // generated_text may hold ill-formed UTF-8 (any ids can be generated): U+FFFD in JSON.
-  f << report.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  f.close();
-  if (!f) throw Error(kExitOutput, "--out: cannot write " + path);
+  WriteFileAtomically(path, report.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", "--out",
+                      kExitOutput);
 }
 
 }  // namespace k3::launch

@@ -17,13 +17,13 @@
 
 #include "common/error.h"
 #include "common/ipc/zmq_channel.h"
+#include "common/user_file.h"
 
 namespace k3::ipc {
 
 namespace {
 
 constexpr size_t kZ85KeyChars = 40;
-constexpr size_t kMaxCertificateBytes = 64 * 1024;
 
 bool ValidZ85Key(const std::string& k) {
   if (k.size() != kZ85KeyChars) return false;
@@ -32,17 +32,23 @@ bool ValidZ85Key(const std::string& k) {
 }
 
 std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw BadInput(path + ": cannot read certificate: " + std::strerror(errno));
-  std::string text;
-  char buf[4096];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxCertificateBytes)
-      throw BadInput(path + ": not a CURVE certificate (larger than 64 KiB)");
-  }
-  if (in.bad()) throw BadInput(path + ": cannot read certificate: " + std::strerror(errno));
-  return text;
+  return ReadUserFile(path, kMaxKeyFileBytes, "certificate", kExitBadInput);
+}
+
+// Key files are trusted only when no one else could have read or changed them, as ssh and
+// PostgreSQL demand: owned by this user (or root), a secret key readable by its owner alone,
+// an allow list (file or directory) writable by its owner alone.
+void CheckKeyFileTrust(const std::string& path, bool secret) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw BadInput(path + ": cannot read certificate: " + std::strerror(errno));
+  if (st.st_uid != ::geteuid() && st.st_uid != 0)
+    throw BadInput(path + ": owned by another user (uid " + std::to_string(st.st_uid) + "); not trusted as a key");
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  if (secret && (st.st_mode & 077) != 0)
+    throw BadInput(path + ": a secret key that other users can access (mode " + mode + "); chmod 600 it");
+  if ((st.st_mode & 022) != 0)
+    throw BadInput(path + ": writable by other users (mode " + mode + "), so anyone could change the keys; chmod go-w it");
 }
 
 bool ZplNameChar(char c) {
@@ -135,6 +141,7 @@ void WriteCertificatePair(const std::string& name, const CurveKeys& keys) {
 
 CurveKeys ReadCertificate(const std::string& path, bool need_secret) {
   const std::string text = ReadSmallFile(path);
+  const bool holds_secret = text.find("secret-key") != std::string::npos;
   const auto bad = [&](int line, const std::string& why) {
     return BadInput(path + ":" + std::to_string(line) + ": not a CURVE certificate: " + why);
   };
@@ -169,6 +176,7 @@ CurveKeys ReadCertificate(const std::string& path, bool need_secret) {
     if (!curve.emplace(name, value).second) throw bad(n, name + " twice");
   }
   if (!curve.count("public-key")) throw bad(n, "no curve public-key");
+  CheckKeyFileTrust(path, holds_secret || curve.count("secret-key") > 0);
   CurveKeys k{curve["public-key"], {}};
   if (need_secret) {
     if (!curve.count("secret-key"))
@@ -190,6 +198,7 @@ std::set<std::string> ReadAllowedKeys(const std::vector<std::string>& paths) {
       keys.insert(ReadCertificate(p, false).public_key);
       continue;
     }
+    CheckKeyFileTrust(p, false);  // a directory others can write to could gain a key at any time
     DIR* d = ::opendir(p.c_str());
     if (!d) throw BadInput(p + ": cannot read directory: " + std::strerror(errno));
     std::vector<std::string> names;

@@ -7,6 +7,7 @@
 #include "batch_sequence.h"
 #include "saved_state.h"
 #include "common/error.h"
+#include "common/user_file.h"
 #include "common/format_bytes.h"
 #include "common/median.h"
 #include "common/plan/memory_plan.h"
@@ -226,9 +227,9 @@ GreedyHooks Scheduler::HooksFor(Request& r) {
   hooks.after_prefill = [this, &r](const float* logits) {
     r.at_prefill = counters_;
     if (opt_.dump_logits.empty()) return;
-    std::ofstream f(opt_.dump_logits, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(logits), static_cast<std::streamsize>(cfg_.vocab_size * 4));
-    if (!f) throw Error(kExitOutput, "--dump-logits: cannot write " + opt_.dump_logits);
+    WriteFileAtomically(opt_.dump_logits,
+                        {reinterpret_cast<const char*>(logits), static_cast<size_t>(cfg_.vocab_size) * 4},
+                        "--dump-logits", kExitOutput);
   };
   hooks.on_token = [this, &r](int32_t id, int64_t index) {
     cp::Token t;

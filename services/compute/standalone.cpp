@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/user_file.h"
 #include "common/median.h"
 #include "common/end_ids.h"
 #include "common/sampling_check.h"
@@ -32,22 +33,13 @@ namespace k3::compute {
 
 namespace {
 
-// Fails early (exit 4) when an output path's directory cannot take a file.
+// Fails early (exit 4) when an output could not be written (common/user_file.h).
 void CheckWritable(const std::string& path, const char* flag) {
-  if (path.empty()) return;
-  std::filesystem::path p(path);
-  std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-  std::error_code ec;
-  if (std::filesystem::is_directory(p, ec) || !std::filesystem::is_directory(dir, ec) ||
-      ::access(dir.c_str(), W_OK) != 0)
-    throw Error(kExitOutput, std::string(flag) + ": cannot write " + path);
+  if (!path.empty()) CheckOutputPath(path, flag);
 }
 
 void WriteFile(const std::string& path, const void* data, size_t bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
-  f.close();
-  if (!f) throw Error(kExitOutput, "cannot write " + path);
+  WriteFileAtomically(path, {static_cast<const char*>(data), bytes}, "", kExitOutput);
 }
 
 }  // namespace

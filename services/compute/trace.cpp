@@ -1,9 +1,14 @@
 #include "trace.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/user_file.h"
 
 namespace k3::compute {
 
@@ -16,20 +21,27 @@ Tracer::Tracer(std::string dir) : dir_(std::move(dir)) {
 
 void Tracer::Append(const std::string& name, const void* data, int64_t bytes) {
   const std::string path = dir_ + "/" + name;
-  const bool fresh = started_.insert(path).second;
-  FILE* f = std::fopen(path.c_str(), fresh ? "wb" : "ab");
-  if (!f) throw Error(kExitOutput, "cannot write " + path);
-  const size_t n = std::fwrite(data, 1, static_cast<size_t>(bytes), f);
-  const bool ok = std::fclose(f) == 0 && n == static_cast<size_t>(bytes);
-  if (!ok) throw Error(kExitOutput, "cannot write " + path);
+  if (started_.insert(path).second) {  // the first piece makes the file
+    WriteFileAtomically(path, {static_cast<const char*>(data), static_cast<size_t>(bytes)}, "", kExitOutput);
+    return;
+  }
+  // Later pieces append to the file this run made: never through a symlink put in its place.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw Error(kExitOutput, "cannot write " + path);
+  const char* p = static_cast<const char*>(data);
+  int64_t left = bytes;
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, static_cast<size_t>(left));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    p += n;
+    left -= n;
+  }
+  if (::close(fd) != 0 || left != 0) throw Error(kExitOutput, "cannot write " + path);
 }
 
 void Tracer::WriteText(const std::string& name, const std::string& text) {
-  const std::string path = dir_ + "/" + name;
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw Error(kExitOutput, "cannot write " + path);
-  const size_t n = std::fwrite(text.data(), 1, text.size(), f);
-  if (std::fclose(f) != 0 || n != text.size()) throw Error(kExitOutput, "cannot write " + path);
+  WriteFileAtomically(dir_ + "/" + name, text, "", kExitOutput);
 }
 
 }  // namespace k3::compute

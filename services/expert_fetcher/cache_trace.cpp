@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/user_file.h"
 
 namespace k3::svc {
 
@@ -37,14 +38,9 @@ void CacheTrace::Write(const std::string& dir) const {
   if (ec) throw Error(kExitOutput, dir + ": cannot create directory: " + ec.message());
   const std::string hist = dir + "/expert_hist.json";
   const std::string bin = dir + "/expert_trace.bin";
-  {
-    std::ofstream o(hist, std::ios::binary | std::ios::trunc);
-    o << HistJson();
-    if (!o.flush()) throw Error(kExitOutput, hist + ": write failed");
-  }
-  std::ofstream o(bin, std::ios::binary | std::ios::trunc);
-  o.write(reinterpret_cast<const char*>(trace_.data()), static_cast<std::streamsize>(trace_.size() * sizeof(int32_t)));
-  if (!o.flush()) throw Error(kExitOutput, bin + ": write failed");
+  WriteFileAtomically(hist, HistJson(), "", kExitOutput);
+  WriteFileAtomically(bin, {reinterpret_cast<const char*>(trace_.data()), trace_.size() * sizeof(int32_t)}, "",
+                      kExitOutput);
 }
 
 }  // namespace k3::svc

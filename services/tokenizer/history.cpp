@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/json_strict.h"
+#include "common/user_file.h"
 #include "utf8.h"
 
 namespace k3::tok {
@@ -120,14 +121,9 @@ void ValidateConversation(const std::vector<ChatMessage>& msgs, const std::strin
 }
 
 std::vector<ChatMessage> ReadHistory(const std::string& path, bool missing_ok) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    if (missing_ok && errno == ENOENT) return {};
-    throw BadInput(path + ": cannot open");
-  }
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
+  struct stat st {};
+  if (missing_ok && ::stat(path.c_str(), &st) != 0 && errno == ENOENT) return {};
+  const std::string text = ReadUserFile(path, kMaxHistoryFileBytes, "history", kExitBadInput);
   std::vector<ChatMessage> msgs;
   size_t pos = 0, line_no = 0;
   while (pos < text.size()) {
@@ -151,25 +147,7 @@ void WriteHistory(const std::string& path, const std::vector<ChatMessage>& msgs)
     text += FormatHistoryLine(m);
     text += '\n';
   }
-  std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = mkstemp(tmp.data());
-  if (fd < 0) throw RuntimeFailure(path + ": cannot create temp file: " + std::strerror(errno));
-  FILE* f = fdopen(fd, "wb");
-  if (!f) {
-    close(fd);
-    unlink(tmp.c_str());
-    throw RuntimeFailure(path + ": fdopen failed");
-  }
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                  fsync(fileno(f)) == 0;
-  const int err = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    unlink(tmp.c_str());
-    throw RuntimeFailure(path + ": cannot write history: " + std::strerror(ok ? errno : err));
-  }
-  // mkstemp creates 0600; history is an ordinary user file.
-  chmod(path.c_str(), 0644);
+  WriteFileAtomically(path, text, "history", kExitRuntime);
 }
 
 }  // namespace k3::tok

@@ -18,6 +18,7 @@
 #include "common/id_list.h"
 #include "common/run_main.h"
 #include "common/stdout_writer.h"
+#include "common/user_file.h"
 #include "common/process_init.h"
 #include "chat_template.h"
 #include "history.h"
@@ -33,10 +34,7 @@ std::string ReadAll(const std::string& path) {
     if (std::cin.bad()) throw k3::RuntimeFailure("stdin: read error");
     return ss.str();
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw k3::BadInput(path + ": cannot open");
-  ss << f.rdbuf();
-  return ss.str();
+  return k3::ReadUserFile(path, k3::kMaxTextFileBytes, "", k3::kExitBadInput, k3::FileKinds::kRegularOrPipe);
 }
 
 // `source` names where the list came from; a bad list in a file is bad input, on the

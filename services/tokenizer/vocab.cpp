@@ -8,20 +8,14 @@
 
 #include "common/error.h"
 #include "common/json_strict.h"
+#include "common/user_file.h"
 #include "base64.h"
 #include "utf8.h"
 
 namespace k3::tok {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw BadInput(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw BadInput(path + ": read error");
-  return ss.str();
-}
+std::string ReadFile(const std::string& path) { return ReadUserFile(path, kMaxTokenizerFileBytes, "", kExitBadInput); }
 
 Error LineError(const std::string& name, size_t line, const std::string& what) {
   return BadInput(name + ":" + std::to_string(line) + ": " + what);

@@ -219,6 +219,7 @@ class ExpertAuthTest(unittest.TestCase):
             path = os.path.join(bad, name)
             with open(path, "w") as f:
                 f.write(text)
+            os.chmod(path, 0o600)  # as a secret key must be: the refusal is then about its text
             with self.subTest(certificate=name):
                 r = subprocess.run([server_bin(), "--model", tp.MODEL, "--bind", "tcp://127.0.0.1:%d" % port,
                                     "--key", path, "--allow", self.allowed], capture_output=True, text=True, timeout=60)

@@ -4,9 +4,11 @@
 #include "common/state_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -183,6 +185,28 @@ TEST_F(StateFileTest, AnotherModelExpertInputsOrContextAreRefused) {
 
 TEST_F(StateFileTest, MissingFileIsBadInput) {
   EXPECT_NE(Refusal(Want()).find("cannot read"), std::string::npos);
+}
+
+// A NaN or infinity anywhere in the floats, with a valid checksum (WriteStateFile computes it),
+// is refused: such a state would run on silently as garbage ids.
+TEST_F(StateFileTest, NonFiniteFloatsAreRefused) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    for (const size_t at : {size_t{0}, body_.size() / 2, body_.size() - 1}) {
+      const float keep = body_[at];
+      body_[at] = bad;
+      Write();
+      body_[at] = keep;
+      EXPECT_NE(Refusal(Want()).find("not finite"), std::string::npos) << at;
+    }
+  }
+  Write();  // the same file with finite floats loads
+  EXPECT_EQ(ReadStateFile(path_, Want(), nullptr).position, info_.position);
+}
+
+// A FIFO (which nothing writes to) is refused at once instead of blocking the load.
+TEST_F(StateFileTest, AFifoIsRefusedWithoutBlocking) {
+  ASSERT_EQ(::mkfifo(path_.c_str(), 0600), 0);
+  EXPECT_NE(Refusal(Want()).find("is a FIFO"), std::string::npos);
 }
 
 TEST_F(StateFileTest, FailedWriteLeavesTheOldFile) {
