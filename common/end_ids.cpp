@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/user_file.h"
 #include "common/json_strict.h"
 
 namespace k3 {
@@ -25,11 +26,8 @@ std::vector<int32_t> DefaultEndIds(const ModelConfig& cfg, const std::string& to
   for (int64_t id : cfg.eos_token_ids) add(id);
   if (!tokenizer_dir.empty()) {
     const std::string path = tokenizer_dir + "/tokenizer_config.json";
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw BadInput(path + ": cannot read the tokenizer config");
-    std::stringstream text;
-    text << in.rdbuf();
-    const nlohmann::json j = ParseJsonStrict(text.str(), path, kExitBadInput);
+    const nlohmann::json j =
+        ParseJsonStrict(ReadUserFile(path, kMaxTokenizerFileBytes, "tokenizer config", kExitBadInput), path, kExitBadInput);
     if (!j.is_object() || !j.contains("added_tokens_decoder") || !j["added_tokens_decoder"].is_object())
       throw BadInput(path + ": missing object \"added_tokens_decoder\"");
     for (const auto& [key, val] : j["added_tokens_decoder"].items()) {

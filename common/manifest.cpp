@@ -70,12 +70,8 @@ int HexValue(char c) {
 }  // namespace
 
 Manifest LoadManifest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw BadModel(path + ": cannot read the expert manifest");
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw BadModel(path + ": read error in the expert manifest");
-  const nlohmann::json j = ParseJsonStrict(text.str(), path + " (expert manifest)");
+  const nlohmann::json j =
+      ParseJsonStrict(ReadUserFile(path, kMaxModelJsonBytes, "expert manifest", kExitBadModel), path + " (expert manifest)");
   auto bad = [&](const std::string& why) { return BadModel(path + ": expert manifest " + why); };
   if (!j.is_object()) throw bad("is not a JSON object");
   static const std::set<std::string> kKeys = {"format",     "version",    "hash",        "chunk_bytes", "trunk_only",

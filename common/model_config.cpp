@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/user_file.h"
 #include "common/json_strict.h"
 
 namespace k3 {
@@ -276,12 +277,7 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& fi
 }
 
 ModelConfig LoadModelConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw BadModel(path + ": cannot open config");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw BadModel(path + ": cannot read config");
-  return ParseModelConfig(ss.str(), path);
+  return ParseModelConfig(ReadUserFile(path, kMaxModelJsonBytes, "config", kExitBadModel), path);
 }
 
 int64_t ModelConfig::expert_bytes() const {

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/user_file.h"
 #include "common/json_strict.h"
 
 namespace k3 {
@@ -174,7 +175,7 @@ int64_t TensorInfo::numel() const {
 }
 
 SafetensorsFile SafetensorsFile::Open(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO must not block: refused below
   if (fd.get() < 0) throw BadModel(path + ": cannot open: " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) throw RuntimeFailure(path + ": stat failed: " + std::strerror(errno));
@@ -256,7 +257,9 @@ SafetensorsIndex ParseSafetensorsIndex(const std::string& json_text, const std::
 }
 
 SafetensorsIndex LoadSafetensorsIndex(const std::string& path) {
-  // gzread passes plain files through unchanged, so one path reads both forms.
+  // gzread passes plain files through unchanged, so one path reads both forms. A FIFO or
+  // device is refused first (gzopen would block on it or read it without end).
+  CheckUserFile(path, kMaxIndexBytes, "", kExitBadModel);
   gzFile gz = gzopen(path.c_str(), "rb");
   if (gz == nullptr) throw BadModel(path + ": cannot open: " + std::strerror(errno));
   std::string text;

@@ -90,7 +90,7 @@ TEST(Manifest, DefectsAreBadModel) {
   TempDir dir;
   const std::string path = dir / kManifestFile;
   const std::string good = ManifestJson(Sample());
-  ExpectBadModel([&] { LoadManifest(dir / "absent.json"); }, {"absent.json", "cannot read"});
+  ExpectBadModel([&] { LoadManifest(dir / "absent.json"); }, {"absent.json", "cannot open"});
   // Truncated anywhere: not JSON, or (cut between lines) a list that ends early.
   for (size_t cut : {size_t{0}, size_t{10}, good.size() / 2, good.size() - 3}) {
     WriteBytes(path, good.substr(0, cut));
