@@ -38,7 +38,15 @@ inline void EnsureOmpWaitPolicy() {
   if (args.empty()) return;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  ::execv("/proc/self/exe", argv.data());
+  // The binary's own path, not /proc/self/exe: the kernel names a process after the file it
+  // executes, and `ps` would show "exe" instead of k3-compute.
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    ::execv(self, argv.data());
+  }
+  ::execv("/proc/self/exe", argv.data());  // the file was replaced since it started
   // execv returned: continue in this process (policy unchanged, harmless).
 }
 

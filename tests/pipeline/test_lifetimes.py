@@ -340,6 +340,20 @@ class LifetimesTest(unittest.TestCase):
         for svc in ("tokenizer", "trunk-reader", "expert-fetcher"):
             self.assertIn("%s exited with status 5" % svc, err)
 
+    def test_every_process_is_named_after_its_binary(self):
+        # What ps and top show (/proc/PID/comm, 15 characters at most): compute re-executes
+        # itself once (services/compute/omp_policy.h) and was shown as "exe".
+        p = launch(gen=4000)
+        try:
+            pids = wait_all_services(p.pid, p)
+            time.sleep(0.5)  # past compute's re-exec
+            for name, pid in pids.items():
+                with open("/proc/%d/comm" % pid) as f:
+                    self.assertEqual(f.read().strip(), name[:15], name)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=TIMEOUT)
+
     def test_sighup_stops_the_expert_server_with_exit_5(self):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
