@@ -151,8 +151,9 @@ std::vector<OptionSpec> MakeTable() {
        "serve OpenAI-compatible HTTP at HOST:PORT instead of one prompt (docs/server.md; needs a tokenizer)",
        kToServer},
       {"api_key", T::kString, K3_FIELD(api_key), "KEY",
-       "serve: clients must send Authorization: Bearer KEY (needed for a non-loopback address; k3-server gets it "
-       "in $K3_API_KEY, not on its command line)",
+       "serve: clients must send Authorization: Bearer KEY (needed for a non-loopback address; default "
+       "$K3_API_KEY; a KEY on the command line is overwritten in it once read; only k3-server gets the key, in "
+       "its environment)",
        0},
       {"insecure", T::kBool, K3_FIELD(insecure), "", "serve: allow a non-loopback address without api_key",
        kToServer},

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -243,8 +245,24 @@ std::optional<LaunchOptions> ReadLaunchOptions(int argc, char** argv) {
   return opt;
 }
 
+void HideSecretArgs(int argc, char** argv) {
+  static constexpr std::string_view kFlag = "--api-key";
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a(argv[i]);
+    char* secret = nullptr;
+    if (a == kFlag && i + 1 < argc) secret = argv[i + 1];
+    else if (a.size() > kFlag.size() && a.substr(0, kFlag.size()) == kFlag && a[kFlag.size()] == '=')
+      secret = argv[i] + kFlag.size() + 1;
+    if (secret) std::memset(secret, 'x', std::strlen(secret));
+  }
+}
+
 std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   std::optional<LaunchOptions> opt = ReadLaunchOptions(argc, argv);
+  HideSecretArgs(argc, argv);
+  // The key may come from the environment, which other users cannot read (argv they can).
+  if (opt && opt->api_key.empty())
+    if (const char* k = std::getenv("K3_API_KEY"); k && *k) opt->api_key = k;
   if (opt) CheckOptions(*opt);
   return opt;
 }

@@ -90,6 +90,9 @@ int64_t PrefixCacheFor(const LaunchOptions& opt, bool several_requests);
 // Parses argv (CLI11) and the TOML it names, the flags given winning, then CheckOptions.
 // Returns nullopt after --help or --version was printed.
 std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv);
+// Overwrites the value of --api-key in argv with 'x's once it is parsed, so that other users
+// reading /proc/PID/cmdline (ps) no longer see it.
+void HideSecretArgs(int argc, char** argv);
 // The same without CheckOptions (tests: what each flag sets).
 std::optional<LaunchOptions> ReadLaunchOptions(int argc, char** argv);
 // TOML text -> options (exposed for tests). `base_dir` resolves relative model paths.

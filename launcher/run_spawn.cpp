@@ -45,9 +45,6 @@ RunEndpoints Runner::OpenSockets() {
   if (!in_.tokenizer_dir.empty()) tok_.emplace(ctx_, ep.tokenizer);
   tokenizer_endpoint_ = ep.tokenizer;
 
-  // k3-server reads the key from its environment, which other users cannot read (argv they can).
-  if (Serving() && !opt_.api_key.empty()) ::setenv("K3_API_KEY", opt_.api_key.c_str(), 1);
-  else ::unsetenv("K3_API_KEY");
   return ep;
 }
 
@@ -65,6 +62,9 @@ void Runner::Spawn(const RunEndpoints& ep, bool tokenizer_only) {
     for (const Service& s : sup_.services()) others.push_back(s.name);
     ServiceCommand c = ServerCommandLine(opt_, m_, ep, stop_ids_, others);
     Service s{c.name, std::move(c.argv), c.restartable};
+    // k3-server alone reads the key, from its environment, which other users cannot read (argv
+    // they can); no other service gets it (supervisor.h kChildOnlyEnv).
+    if (!opt_.api_key.empty()) s.env.push_back("K3_API_KEY=" + opt_.api_key);
     s.capture_stderr = true;
     sup_.Add(std::move(s));
   }

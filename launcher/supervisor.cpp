@@ -63,11 +63,31 @@ size_t Supervisor::Add(Service s) {
   return services_.size() - 1;
 }
 
+std::vector<std::string> ChildEnvironment(char* const* parent, const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char* const* e = parent; e && *e; ++e) {
+    const std::string_view v(*e);
+    bool child_only = false;
+    for (const char* name : kChildOnlyEnv) {
+      const std::string_view n(name);
+      child_only = child_only || (v.size() > n.size() && v.substr(0, n.size()) == n && v[n.size()] == '=');
+    }
+    if (!child_only) env.emplace_back(v);
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
 void Supervisor::Start(size_t i) {
   Service& s = services_.at(i);
   std::vector<char*> argv;
   for (std::string& a : s.argv) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // Built before fork: the child may only make async-signal-safe calls.
+  std::vector<std::string> env = ChildEnvironment(environ, s.env);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int err_pipe[2] = {-1, -1};
   if (s.capture_stderr && ::pipe2(err_pipe, O_CLOEXEC) != 0)
     throw RuntimeFailure("cannot start " + s.name + ": pipe: " + std::strerror(errno));
@@ -91,7 +111,7 @@ void Supervisor::Start(size_t i) {
     signal(SIGUSR1, SIG_IGN);
     signal(SIGUSR2, SIG_IGN);
     for (int fd : s.inherit_fds) ::fcntl(fd, F_SETFD, 0);  // only this child's arenas cross exec
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     const std::string msg = "k3-launch: cannot execute " + s.argv[0] + ": " + std::strerror(errno) + "\n";
     [[maybe_unused]] ssize_t n = ::write(2, msg.data(), msg.size());
     _exit(127);

@@ -20,6 +20,9 @@ struct Service {
   int restarts = 0;
   bool ready = false;             // sent Ready since its last start
   std::vector<int> inherit_fds{};  // passed across exec (arena memfds, "fd:N" in argv)
+  // "NAME=value" entries added to this child's environment. Secrets go only here: K3_API_KEY
+  // is removed from every child's inherited environment (kChildOnlyEnv).
+  std::vector<std::string> env{};
   bool capture_stderr = false;    // stderr goes to a pipe the launcher reads (quiet mode)
   int stderr_fd = -1;             // read end of that pipe (non-blocking), -1 when none
 };
@@ -28,6 +31,12 @@ struct Death {
   size_t index = 0;  // into services()
   int status = 0;    // waitpid status
 };
+
+// Variables a child gets only through its Service::env, never inherited from the launcher.
+inline constexpr const char* kChildOnlyEnv[] = {"K3_API_KEY"};
+
+// The launcher's environment without kChildOnlyEnv, plus `extra` ("NAME=value"), for execve.
+std::vector<std::string> ChildEnvironment(char* const* parent, const std::vector<std::string>& extra);
 
 // A waitpid status in words: "exited with status S" / "killed by signal N".
 std::string DescribeExit(int status);

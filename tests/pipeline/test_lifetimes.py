@@ -29,7 +29,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_util import alive, children_of, env_for_ptrace, main, require, service_pids, start_launch  # noqa: E402
+from proc_util import (alive, children_of, env_for_ptrace, free_port, main, require, service_pid,  # noqa: E402
+                       service_pids, start_launch)
 
 BIN = os.environ.get("K3_BIN", "")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -350,6 +351,30 @@ class LifetimesTest(unittest.TestCase):
             for name, pid in pids.items():
                 with open("/proc/%d/comm" % pid) as f:
                     self.assertEqual(f.read().strip(), name[:15], name)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.communicate(timeout=TIMEOUT)
+
+    def test_the_api_key_reaches_k3_server_alone(self):
+        # Other users can read /proc/PID/cmdline (ps); /proc/PID/environ only the owner. The
+        # launcher overwrites the key in its argv once read and passes it to k3-server alone.
+        key = "k3-test-key-%d" % os.getpid()
+        p = start_launch(DEMO, "--serve", "127.0.0.1:%d" % free_port(), "--api-key", key, "--threads", "1",
+                         text=False)
+        try:
+            wait_all_services(p.pid, p)
+            service_pid(p.pid, "k3-server")
+            time.sleep(0.5)  # every child past its exec (before it, a child shows k3-launch's exe)
+            pids = service_pids(p.pid)
+            self.assertEqual(sorted(pids), sorted(SERVICES + ("k3-server",)))
+            with open("/proc/%d/cmdline" % p.pid, "rb") as f:
+                self.assertNotIn(key.encode(), f.read())
+            for name, pid in pids.items():
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    self.assertNotIn(key.encode(), f.read(), name)
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+                self.assertEqual(("K3_API_KEY=%s" % key).encode() in env, name == "k3-server", name)
         finally:
             p.send_signal(signal.SIGTERM)
             p.communicate(timeout=TIMEOUT)
