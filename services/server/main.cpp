@@ -38,6 +38,7 @@ using namespace k3;
 
 struct Flags {
   std::string control, compute, tokenizer, listen, stop_ids, wait_for;
+  std::string bind_address;  // --listen's host resolved once: the address checked is the one bound
   server::EngineConfig engine;
   server::HttpConfig http;
   bool insecure = false, no_think = false;
@@ -67,7 +68,8 @@ class Server {
       : f_(f), listen_(SplitListen(f.listen)), engine_(ctx, ctl, f.engine, metrics_) {}
 
   void Start() {
-    const auto& [host, port] = listen_;
+    const int port = listen_.second;
+    const std::string& host = f_.bind_address;
     server::InstallRoutes(svr_, engine_, metrics_, f_.http);
     bound_ = port;
     if (port == 0) bound_ = svr_.bind_to_any_port(host);
@@ -146,8 +148,14 @@ int Main(int argc, char** argv) {
   const auto [host, port] = SplitListen(f.listen);
   (void)port;
   if (!f.http.api_key.empty() && f.insecure) throw UsageError("--insecure and --api-key exclude each other");
-  if (f.http.api_key.empty() && !f.insecure && !IsLoopbackHost(host))
-    throw UsageError(f.listen + " is reachable from other machines: pass --api-key, or --insecure");
+  // The name is resolved here, once, and the server binds the numeric address that was checked:
+  // a name cannot pass the check as loopback and then be bound elsewhere.
+  const std::vector<std::string> addrs = ResolveHost(host);
+  if (addrs.empty()) throw UsageError("--listen " + f.listen + ": " + host + " does not resolve to an address");
+  f.bind_address = addrs.front();
+  if (f.http.api_key.empty() && !f.insecure && !IsLoopbackAddress(f.bind_address))
+    throw UsageError(f.listen + " is reachable from other machines (" + f.bind_address +
+                     "): pass --api-key, or --insecure");
   if (f.engine.max_batch < 1 || f.engine.max_batch > limits::kMaxBatch)
     throw UsageError("--max-batch must be 1 to " + std::to_string(limits::kMaxBatch));
   if (f.engine.queue_size < 0 || f.engine.queue_size > 1 << 20) throw UsageError("--queue-size must be 0 to 1048576");

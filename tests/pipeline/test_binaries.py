@@ -118,6 +118,23 @@ class BinariesTest(unittest.TestCase):
                 self.assertUsageLine(name, r)
                 self.assertTrue(r.stderr.startswith(name + ": --control bogus://x: "), r.stderr)
 
+    def test_a_name_spelled_like_loopback_needs_a_key(self):
+        # Judged by what it resolves to, not its spelling (issue 25, 4): the old prefix rule served
+        # /v1/models without a key on whatever 127.0.0.1.attacker.example resolved to.
+        server = [os.path.join(BIN, "k3-server"), "--control", "ipc://@k3-test-none", "--compute", "inproc://c",
+                  "--tokenizer", "inproc://t", "--model-name", "m", "--vocab-size", "100", "--listen"]
+        r = run(server + ["127.0.0.1.attacker.example:0"])
+        self.assertUsageLine("k3-server", r)
+        r = run(server + ["0.0.0.0:0"])
+        self.assertUsageLine("k3-server", r)
+        self.assertIn("--api-key", r.stderr)
+        demo = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                            "configs", "demo.toml")
+        r = run([os.path.join(BIN, "k3-launch"), demo, "--serve", "127.0.0.1.attacker.example:8080", "--dry-run"])
+        self.assertUsageLine("k3-launch", r)
+        r = run([os.path.join(BIN, "k3-launch"), demo, "--serve", "localhost:8080", "--dry-run"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_errors_name_the_binary(self):
         # A k3::Error from inside main(): one line prefixed with the binary's own name.
         r = run([os.path.join(BIN, "k3-expert-server"), "--model", "/nonexistent", "--bind", "inproc://x"])

@@ -296,6 +296,8 @@ TEST(ServeOptions, TomlKeysAndRules) {
   EXPECT_EQ(check("serve = \"0.0.0.0:8080\"\ninsecure = true\n").first, 0);
   EXPECT_EQ(check("serve = \"[::1]:8080\"\n").first, 0);
   EXPECT_EQ(check("serve = \"localhost:1\"\n").first, 0);
+  // A name spelled like a loopback address is judged by what it resolves to (nothing here).
+  EXPECT_EQ(check("serve = \"127.0.0.1.attacker.example:8080\"\n").first, kExitUsage);
   EXPECT_EQ(check("serve = \"127.0.0.1:8080\"\napi_key = \"k\"\ninsecure = true\n").first, kExitUsage);
   for (const char* bad : {"8080", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:8x", ":80"})
     EXPECT_EQ(check(std::string("serve = \"") + bad + "\"\n").first, kExitUsage) << bad;
