@@ -121,6 +121,11 @@ ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m,
                                 "--presence-penalty", num(s.presence_penalty), "--frequency-penalty", num(s.frequency_penalty)};
   if (!ids.empty()) a.insert(a.end(), {"--stop-ids", ids});
   if (opt.insecure) a.push_back("--insecure");
+  if (!opt.allowed_hosts.empty()) {
+    std::string hosts;
+    for (const std::string& h : opt.allowed_hosts) hosts += (hosts.empty() ? "" : ",") + h;
+    a.insert(a.end(), {"--allowed-hosts", hosts});
+  }
   if (opt.no_think) a.push_back("--no-think");
   if (opt.thinking_effort_given) a.insert(a.end(), {"--thinking-effort", opt.thinking_effort});
   // The API key goes through the environment (K3_API_KEY, set by the launcher), not argv: other

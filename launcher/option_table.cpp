@@ -157,6 +157,10 @@ std::vector<OptionSpec> MakeTable() {
        0},
       {"insecure", T::kBool, K3_FIELD(insecure), "", "serve: allow a non-loopback address without api_key",
        kToServer},
+      {"allowed_hosts", T::kStrings, K3_FIELD(allowed_hosts), "NAME",
+       "serve without api_key: a further Host name clients may use (repeat; * for any); by default only the serve "
+       "host, its address, localhost, 127.0.0.1 and ::1 (others: 403, against DNS rebinding)",
+       kToServer},
       {"served_model_name", T::kString, K3_FIELD(served_model_name), "NAME", "serve: the model id clients name",
        kToServer, "the model directory's name"},
       {"queue_size", T::kInt, K3_FIELD(queue_size), "N",

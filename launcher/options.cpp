@@ -333,8 +333,8 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.chat && (!opt.prompt.empty() || !opt.prompt_file.empty() || !opt.ids.empty()))
     throw UsageError("--chat takes its prompts from the terminal: no --prompt, --prompt-file or --ids");
   if (opt.serve.empty()) {
-    if (!opt.api_key.empty() || opt.insecure || !opt.served_model_name.empty())
-      throw UsageError("--api-key, --insecure and --served-model-name need --serve");
+    if (!opt.api_key.empty() || opt.insecure || !opt.served_model_name.empty() || !opt.allowed_hosts.empty())
+      throw UsageError("--api-key, --insecure, --served-model-name and --allowed-hosts need --serve");
     return;
   }
   if (opt.chat || !opt.prompt.empty() || !opt.prompt_file.empty() || !opt.ids.empty())
@@ -347,6 +347,9 @@ void CheckOptions(const LaunchOptions& opt) {
       std::stol(opt.serve.substr(colon + 1)) > 65535)
     throw UsageError("--serve '" + opt.serve + "': want HOST:PORT (port 0 to 65535)");
   if (!opt.api_key.empty() && opt.insecure) throw UsageError("--insecure and --api-key exclude each other");
+  for (const std::string& h : opt.allowed_hosts)
+    if (h.empty() || h.find_first_of(", \t") != std::string::npos)
+      throw UsageError("--allowed-hosts '" + h + "': one host name, no commas or spaces");
   if (opt.api_key.empty() && !opt.insecure && !IsLoopbackHost(opt.serve.substr(0, colon)))
     throw UsageError("--serve " + opt.serve + " is reachable from other machines: pass --api-key, or --insecure");
   if (opt.queue_size < 0 || opt.queue_size > (1 << 20)) throw UsageError("queue_size must be 0 to 1048576");

@@ -73,6 +73,7 @@ struct LaunchOptions {
   std::string serve;              // HOST:PORT ("" = not serving)
   std::string api_key;            // clients send "Authorization: Bearer KEY" ("" = none)
   bool insecure = false;          // a non-loopback serve address without api_key
+  std::vector<std::string> allowed_hosts;  // serve without a key: further Host names (request_gate.h)
   std::string served_model_name;  // the model id clients name (default: the model directory's name)
   int64_t queue_size = 16;        // requests waiting for a place in the batch; more: 429
   int64_t http_threads = 0;       // HTTP connection threads (0: max_batch + queue_size + 4)

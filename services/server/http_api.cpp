@@ -1,4 +1,5 @@
 #include "services/server/http_api.h"
+#include "services/server/request_gate.h"
 
 #include <chrono>
 #include <ctime>
@@ -155,13 +156,11 @@ void InstallRoutes(httplib::Server& svr, Engine& engine, Metrics& metrics, const
                       "rate_limit_error", "server_busy"});
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (!cfg.api_key.empty() && req.path != "/health") {
-      const std::string auth = req.get_header_value("Authorization");
-      if (auth != "Bearer " + cfg.api_key) {
-        SendError(res, {401, auth.empty() ? "missing API key: send 'Authorization: Bearer KEY'" : "incorrect API key provided",
-                        "invalid_request_error", "invalid_api_key"});
-        return httplib::Server::HandlerResponse::Handled;
-      }
+    const GateRequest g{req.method, req.path, req.get_header_value("Authorization"),
+                        req.get_header_value("Content-Type"), req.get_header_value("Host")};
+    if (const std::optional<HttpError> e = CheckRequest(g, {cfg.api_key, cfg.allowed_hosts, cfg.port})) {
+      SendError(res, *e);
+      return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "services/server/engine.h"
 #include "services/server/metrics.h"
@@ -23,6 +24,10 @@ struct HttpConfig {
   size_t max_body_bytes = 1 << 20;
   int threads = 8;
   RequestDefaults defaults;
+  // Host names a key-less server answers (request_gate.h); set by k3-server from --listen and
+  // --allowed-hosts, with the bound port.
+  std::vector<std::string> allowed_hosts;
+  int port = 0;
 };
 
 void InstallRoutes(httplib::Server& svr, Engine& engine, Metrics& metrics, const HttpConfig& cfg);

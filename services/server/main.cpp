@@ -32,6 +32,7 @@
 #include "common/service/service_shell.h"
 #include "services/server/engine.h"
 #include "services/server/http_api.h"
+#include "services/server/request_gate.h"
 
 namespace {
 using namespace k3;
@@ -39,6 +40,7 @@ using namespace k3;
 struct Flags {
   std::string control, compute, tokenizer, listen, stop_ids, wait_for;
   std::string bind_address;  // --listen's host resolved once: the address checked is the one bound
+  std::string allowed_hosts;  // --allowed-hosts, comma separated ("" = the defaults)
   server::EngineConfig engine;
   server::HttpConfig http;
   bool insecure = false, no_think = false;
@@ -65,16 +67,17 @@ std::pair<std::string, int> SplitListen(const std::string& s) {
 class Server {
  public:
   Server(const Flags& f, zmq::context_t& ctx, svc::ControlLink& ctl)
-      : f_(f), listen_(SplitListen(f.listen)), engine_(ctx, ctl, f.engine, metrics_) {}
+      : f_(f), listen_(SplitListen(f.listen)), http_(f.http), engine_(ctx, ctl, f.engine, metrics_) {}
 
   void Start() {
     const int port = listen_.second;
     const std::string& host = f_.bind_address;
-    server::InstallRoutes(svr_, engine_, metrics_, f_.http);
     bound_ = port;
     if (port == 0) bound_ = svr_.bind_to_any_port(host);
     else if (!svr_.bind_to_port(host, port)) bound_ = -1;
     if (bound_ <= 0) throw RuntimeFailure("cannot listen on " + f_.listen + ": " + std::strerror(errno));
+    http_.port = bound_;
+    server::InstallRoutes(svr_, engine_, metrics_, http_);
     std::cerr << "[server] listening on http://" << (host.find(':') != std::string::npos ? "[" + host + "]" : host)
               << ":" << bound_ << " as model '" << f_.http.model_name << "' (max_batch " << f_.engine.max_batch
               << ", queue " << f_.engine.queue_size << ", " << f_.http.threads << " connection threads)\n";
@@ -111,6 +114,7 @@ class Server {
  private:
   const Flags& f_;
   std::pair<std::string, int> listen_;
+  server::HttpConfig http_;  // f.http with the bound port
   server::Metrics metrics_;  // before engine_, which counts into it
   server::Engine engine_;
   httplib::Server svr_;
@@ -138,6 +142,9 @@ int Main(int argc, char** argv) {
   app.add_option("--api-key", f.http.api_key,
                  "clients must send 'Authorization: Bearer KEY' (default: $K3_API_KEY; none: no key)");
   app.add_flag("--insecure", f.insecure, "allow a non-loopback --listen without --api-key");
+  app.add_option("--allowed-hosts", f.allowed_hosts,
+                 "without --api-key: the Host names clients may use, comma separated, * for any (default: the "
+                 "--listen host, its address, localhost, 127.0.0.1, ::1); others get 403");
   ipc::compute::Sampling& s = f.http.defaults.sampling;  // the defaults of requests that give none
   AddSamplingParamFlags(app, s);
   app.add_flag("--no-think", f.no_think, "chat: no reasoning channel unless a request asks for one");
@@ -176,6 +183,12 @@ int Main(int argc, char** argv) {
     b = f.wait_for.find(',', a);
     if (b == std::string::npos) b = f.wait_for.size();
     if (b > a) f.engine.services.push_back(f.wait_for.substr(a, b - a));
+  }
+  f.http.allowed_hosts = server::DefaultAllowedHosts(host, f.bind_address);
+  for (size_t a = 0, b; a < f.allowed_hosts.size(); a = b + 1) {
+    b = f.allowed_hosts.find(',', a);
+    if (b == std::string::npos) b = f.allowed_hosts.size();
+    if (b > a) f.http.allowed_hosts.push_back(f.allowed_hosts.substr(a, b - a));
   }
   f.engine.compute = f.compute;
   f.engine.tokenizer = f.tokenizer;

@@ -262,6 +262,26 @@ class ServerTest(unittest.TestCase):
         # Still serving.
         self.assertEqual(self.complete(max_tokens=4)["choices"][0]["index"], 0)
 
+    def test_a_web_page_cannot_drive_the_key_less_server(self):
+        # A browser's simple requests (no preflight): text/plain or form bodies, 415 before any
+        # work; DNS rebinding (the page's own name pointing here) is a foreign Host, 403.
+        base, body = self.srv.base, json.dumps({"model": NAME, "prompt": "x", "max_tokens": 1}).encode()
+        before = metrics(base)
+        for ctype in ("text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=b"):
+            st, text = request("POST", base + "/v1/completions", body, {"Content-Type": ctype})
+            self.assertEqual(st, 415, text)
+            self.assertEqual(json.loads(text)["error"]["code"], "unsupported_media_type")
+        st, text = request("POST", base + "/v1/completions", body,
+                           {"Content-Type": "application/json", "Host": "rebound.example:%d" % self.srv.port})
+        self.assertEqual(st, 403, text)
+        st, text = request("GET", base + "/v1/models", headers={"Host": "rebound.example"})
+        self.assertEqual(st, 403, text)
+        self.assertEqual(metrics(base).get("k3_requests_total{outcome=\"completed\"}", 0),
+                         before.get("k3_requests_total{outcome=\"completed\"}", 0))  # nothing ran
+        st, _ = request("POST", base + "/v1/completions", body,
+                        {"Content-Type": "application/json", "Host": "localhost:%d" % self.srv.port})
+        self.assertEqual(st, 200)
+
     def test_queue_full_is_429(self):
         long = dict(model=NAME, prompt=PROMPT, max_tokens=300, ignore_eos=True)
         # The first is running when the other four arrive.
@@ -290,7 +310,7 @@ class ServerTest(unittest.TestCase):
         # A non-streamed request whose client goes away while it runs.
         s = socket.create_connection(("127.0.0.1", self.srv.port))
         body = json.dumps(dict(model=NAME, prompt=PROMPT, max_tokens=900, ignore_eos=True)).encode()
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                   % len(body) + body)
         time.sleep(1.5)
         s.close()
@@ -426,6 +446,9 @@ class ServeModeTest(unittest.TestCase):
             self.assertEqual(srv.client("models")["ids"], [NAME])
             st, body = request("GET", srv.base + "/v1/models", headers={"Authorization": "Bearer wrong"})
             self.assertEqual(st, 401)
+            # The scheme in any case (RFC 7235); with a key the Host is not checked.
+            st, _ = request("GET", srv.base + "/v1/models", headers={"Authorization": "bearer sekrit", "Host": "k3.example"})
+            self.assertEqual(st, 200)
             self.assertEqual(json.loads(body)["error"]["code"], "invalid_api_key")
             self.assertEqual(request("GET", srv.base + "/v1/models")[0], 401)
             self.assertEqual(request("GET", srv.base + "/health")[0], 200)
@@ -465,7 +488,8 @@ class ServeModeTest(unittest.TestCase):
                     time.sleep(0.05)
             self.assertEqual(st, 503)
             self.assertIn("trunk-reader, compute", json.loads(body)["error"]["message"])
-            st, body = request("POST", base + "/v1/completions", json.dumps({"model": NAME, "prompt": "x"}).encode())
+            st, body = request("POST", base + "/v1/completions", json.dumps({"model": NAME, "prompt": "x"}).encode(),
+                               {"Content-Type": "application/json"})
             self.assertEqual(st, 503)
             self.assertEqual(json.loads(body)["error"]["type"], "server_error")
         finally:
