@@ -109,7 +109,7 @@ class Scheduler {
   void BatchStep();
   // A new sequence's state (the one place a batched sequence starts; it reuses the kept
   // sequence's memory, and the kept sequence is dropped as a new request always did): a copy
-  // of the longest prefix snapshot of its prompt, else fresh (StartFromCache).
+  // of the longest prefix snapshot of its prompt, else fresh (StartFromSnapshot).
   SequenceState InitSequence(Request& r);
   // Prefix reuse, for a new sequence run in a batch or alone. StartFromSnapshot: `into` (the
   // sequence's own state) becomes the longest snapshot that prefixes r's prompt, a copy from
