@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -32,6 +33,20 @@ std::vector<store::EntryUse> ListEntries(const std::string& dir) {
                    static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
   }
   return out;
+}
+
+// Deletes what killed writers left (store::StaleTemporary): they are not entries, so the cap
+// would never count them.
+void RemoveStaleTemporaries(const std::string& dir) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    struct stat st {};
+    if (::stat(it->path().c_str(), &st) != 0) continue;
+    const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    if (store::StaleTemporary(it->path().filename().string(), now - mtime)) std::remove(it->path().c_str());
+  }
 }
 
 // Marks an entry as just used (its mtime is the store's LRU clock; atime is often not kept).
@@ -113,8 +128,9 @@ bool PrefixStore::Wants(std::span<const int32_t> ids) {
 
 void PrefixStore::Put(std::span<const int32_t> ids, const SequenceState& state) {
   if (!Wants(ids)) return;
-  const std::string name = store::EntryName(store::KeyOf(key_, ids));
-  const std::string tmp = PathOf(".k3p-tmp-" + std::to_string(::getpid()) + "-" + name);
+  const store::EntryKey key = store::KeyOf(key_, ids);
+  const std::string name = store::EntryName(key);
+  const std::string tmp = PathOf(store::TemporaryName(::getpid(), key));
   try {
     SaveSequence(tmp, cfg_, model_, state, std::vector<int32_t>(ids.begin(), ids.end()), "");
   } catch (const std::exception& e) {
@@ -127,6 +143,7 @@ void PrefixStore::Put(std::span<const int32_t> ids, const SequenceState& state) 
   // count the same free space.
   const int64_t bytes = EntryBytes(static_cast<int64_t>(ids.size()));
   ::flock(lock_fd_, LOCK_EX);
+  RemoveStaleTemporaries(dir_);
   for (const std::string& victim : store::ChooseEvictions(ListEntries(dir_), bytes, cap_))
     std::remove(PathOf(victim).c_str());
   const bool ok = std::rename(tmp.c_str(), PathOf(name).c_str()) == 0;

@@ -79,6 +79,15 @@ std::vector<std::string> ChooseEvictions(std::vector<EntryUse> entries, int64_t 
   return out;
 }
 
+std::string TemporaryName(int64_t pid, const EntryKey& key) {
+  return ".k3p-tmp-" + std::to_string(pid) + "-" + EntryName(key);
+}
+
+bool StaleTemporary(const std::string& name, int64_t age_ns) {
+  constexpr int64_t kHour = int64_t{3600} * 1000000000;
+  return name.rfind(".k3p-tmp-", 0) == 0 && age_ns > kHour;
+}
+
 std::vector<int64_t> SnapshotMarks(int64_t feed, int64_t chunk, int64_t interval, int64_t also, bool prompt_end) {
   std::vector<int64_t> m;
   if (interval > 0 && chunk > 0) {

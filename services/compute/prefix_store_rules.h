@@ -51,6 +51,12 @@ struct EntryUse {
 // `incoming` alone exceeds the cap (nothing is evicted for it; the caller does not write it).
 std::vector<std::string> ChooseEvictions(std::vector<EntryUse> entries, int64_t incoming, int64_t cap);
 
+// The name an entry is written under before it is renamed into place (PrefixStore::Put), and
+// whether a file of the directory is such a leftover, older than an hour: a process killed
+// while writing left it (no write takes that long), so eviction may delete it.
+std::string TemporaryName(int64_t pid, const EntryKey& key);
+bool StaleTemporary(const std::string& name, int64_t age_ns);
+
 // Where a prompt pass of `feed` ids offers snapshots, as offsets into the feed, ascending, each in (0, feed): every `interval` ids from
 // the start of the feed (rounded up to whole prefill chunks, so these never add a pass;
 // interval 0: none), `also` when it is inside (the end of a chat's preamble, say; 0: none),

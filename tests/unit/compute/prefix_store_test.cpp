@@ -4,6 +4,7 @@
 // longest stored prefix, the cap, a corrupt, a mislabelled and a foreign entry skipped with one
 // warning, a directory that cannot be used. No checkpoint: states of a made-up model.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -119,6 +120,17 @@ TEST(PrefixStoreRules, EvictionTakesTheLeastRecentlyUsedUntilTheNewEntryFits) {
   EXPECT_EQ(store::ChooseEvictions(e, 101, 100), std::vector<std::string>{});  // never fits: nothing evicted
 }
 
+TEST(PrefixStoreRules, OnlyTemporariesOlderThanAnHourAreStale) {
+  const std::string tmp = store::TemporaryName(4242, EntryKey{1, 5, 2});
+  EXPECT_EQ(tmp, ".k3p-tmp-4242-k3p-0000000000000001-5-0000000000000002.k3state");
+  EXPECT_FALSE(store::ParseEntryName(tmp));
+  const int64_t hour = int64_t{3600} * 1000000000;
+  EXPECT_TRUE(store::StaleTemporary(tmp, hour + 1));
+  EXPECT_FALSE(store::StaleTemporary(tmp, hour - 1));  // maybe still being written
+  EXPECT_FALSE(store::StaleTemporary("k3p-0000000000000001-5-0000000000000002.k3state", 10 * hour));  // an entry
+  EXPECT_FALSE(store::StaleTemporary(".lock", 10 * hour));
+}
+
 TEST(PrefixStoreRules, SnapshotMarksAtChunkAlignedIntervalsTheAlsoPointAndThePromptEnd) {
   // interval 10 rounds up to 3 chunks of 4 = 12.
   EXPECT_EQ(store::SnapshotMarks(40, 4, 10, 0, true), (std::vector<int64_t>{12, 24, 36, 39}));
@@ -189,6 +201,20 @@ TEST_F(PrefixStoreDir, EvictsTheLeastRecentlyUsedToStayUnderTheCap) {
   ::usleep(20000);
   s.Put(c, StateAfter(cfg_, 3, 3));
   std::vector<std::string> want = {name(a), name(c)};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(Entries(), want);
+  // A writer killed two hours ago left a temporary: the next write deletes it; a fresh one stays.
+  const std::string old_tmp = dir_ + "/" + store::TemporaryName(1, store::KeyOf(7, b));
+  const std::string new_tmp = dir_ + "/" + store::TemporaryName(2, store::KeyOf(7, b));
+  std::ofstream(old_tmp) << "half";
+  std::ofstream(new_tmp) << "half";
+  const struct timespec two_hours_ago[2] = {{::time(nullptr) - 7200, 0}, {::time(nullptr) - 7200, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, old_tmp.c_str(), two_hours_ago, 0), 0);
+  s.Put(std::vector<int32_t>{5, 5, 5}, StateAfter(cfg_, 3, 4));
+  EXPECT_FALSE(fs::exists(old_tmp));
+  EXPECT_TRUE(fs::exists(new_tmp));
+  fs::remove(new_tmp);
+  want = {name(c), name({5, 5, 5})};  // a was used before c was written: now the oldest
   std::sort(want.begin(), want.end());
   EXPECT_EQ(Entries(), want);
   // An entry bigger than the cap is not written and evicts nothing.
