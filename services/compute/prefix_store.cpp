@@ -65,15 +65,13 @@ PrefixStore::PrefixStore(std::string dir, int64_t cap_bytes, const ModelConfig& 
          "); running without it");
     return;
   }
-  // The lock file orders eviction and renames between processes sharing the directory.
+  // The lock file orders eviction and renames between processes sharing the directory; reading
+  // needs no lock, so a directory this process cannot write to is still read.
   lock_fd_ = ::open(PathOf(".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) {
-    Warn(std::string("cannot create its lock file (") + std::strerror(errno) + "); running without it");
-    return;
-  }
+  const std::string why = lock_fd_ < 0 ? std::string(" (its lock file: ") + std::strerror(errno) + ")" : "";
   on_ = true;
-  writable_ = ::access(dir_.c_str(), W_OK) == 0;
-  if (!writable_) Warn("not writable; stored prefixes are read, none are written");
+  writable_ = lock_fd_ >= 0 && ::access(dir_.c_str(), W_OK) == 0;
+  if (!writable_) Warn("not writable" + why + "; stored prefixes are read, none are written");
 }
 
 PrefixStore::~PrefixStore() {
@@ -89,15 +87,15 @@ int64_t PrefixStore::EntryBytes(int64_t length) const {
 }
 
 int64_t PrefixStore::Restore(std::span<const int32_t> ids, int64_t longer_than, SequenceState& s) {
-  s.Reset(cfg_);
-  if (!on_ || ids.size() < 2) return 0;
+  if (!on_ || ids.size() < 2) {
+    s.Reset(cfg_);
+    return 0;
+  }
   std::vector<store::EntryKey> keys;
   for (const store::EntryUse& e : ListEntries(dir_)) keys.push_back(*store::ParseEntryName(e.name));
-  bool read_any = false;
   for (const store::EntryKey& k : store::Candidates(keys, key_, ids, static_cast<int64_t>(ids.size()) - 1)) {
     if (k.length <= longer_than) break;  // longest first
     const std::string name = store::EntryName(k), path = PathOf(name);
-    read_any = true;
     try {
       const state::StateInfo info = LoadSequenceInto(path, cfg_, model_, 0, s);
       const auto want = ids.subspan(0, static_cast<size_t>(k.length));
@@ -112,7 +110,7 @@ int64_t PrefixStore::Restore(std::span<const int32_t> ids, int64_t longer_than, 
       if (warned_.insert(name).second) Warn(std::string("entry skipped: ") + e.what());
     }
   }
-  if (read_any) s.Reset(cfg_);  // what a failed read left is not a state
+  s.Reset(cfg_);  // fresh (what a failed read left is not a state)
   return 0;
 }
 

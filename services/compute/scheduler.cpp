@@ -96,7 +96,7 @@ void Scheduler::StartFromSnapshot(Request& r, SequenceState& into) {
     into = hit->state;  // copied into this sequence's buffers; the snapshot stays for the next request
     n = hit->ids.size();
   } else {
-    into.Reset(cfg_);
+    if (!from_store) into.Reset(cfg_);  // Restore leaves it fresh
     return;
   }
   r.cached = r.kept = n;
