@@ -55,4 +55,11 @@ std::string HistoryJsonl(const std::vector<ChatMessage>& messages) {
   return out;
 }
 
+int64_t BeforeNewestMessage(const std::vector<int32_t>& ids, int32_t eom) {
+  int seen = 0;
+  for (size_t i = ids.size(); i-- > 0;)
+    if (ids[i] == eom && ++seen == 2) return static_cast<int64_t>(i) + 1;
+  return 0;
+}
+
 }  // namespace k3

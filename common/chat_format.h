@@ -38,6 +38,14 @@ class ChannelSplitter {
 // can be printed now without splitting a character.
 size_t CompleteUtf8Prefix(const std::string& s);
 
+// Where the conversation before the newest message ends in `ids` (a rendering with the
+// generation prompt): just after the next-to-last <|end_of_msg|>, the last one ending the new
+// user message (text never encodes to that id). For a first message that is the preamble
+// (system and thinking-effort messages), the same for every conversation with these settings;
+// 0 when there is no earlier message. The chat and k3-server ask compute for a prefix snapshot
+// there (Generate.snapshot_at).
+int64_t BeforeNewestMessage(const std::vector<int32_t>& ids, int32_t eom);
+
 // The JSONL history the tokenizer's RenderChat reads (docs/tokenizer.md, "History").
 struct ChatMessage {
   std::string role, content;

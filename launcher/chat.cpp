@@ -305,7 +305,7 @@ void Session::Turn(const std::string& text) {
 
   ChatTurn t;
   t.prompt_tokens = static_cast<int64_t>(send.size());
-  t.reused_tokens = reused;
+  t.reused_tokens = reused + done->stats.cached_tokens;  // kept, or from a prefix snapshot (store)
   t.generated_tokens = static_cast<int64_t>(generated.size());
   t.reasoning = thinking_ ? bytes[1] : "";
   t.response = bytes[2];

@@ -35,7 +35,7 @@ using k3::HistoryJsonl;
 // One turn as --out reports it (docs/formats.md, "Chat report").
 struct ChatTurn {
   int64_t prompt_tokens = 0;     // ids sent to compute for this turn (only the new ones)
-  int64_t reused_tokens = 0;     // ids already in compute's kept state
+  int64_t reused_tokens = 0;     // ids not prefilled: in compute's kept state or a prefix snapshot
   int64_t generated_tokens = 0;
   std::string reasoning, response;
   std::string finish_reason;     // "stop", "length", "cancelled", "interrupted"

@@ -41,6 +41,7 @@ ipc::compute::Generate TurnGenerate(const LaunchOptions& opt, const TurnPlan& pl
   for (int32_t id : {ids.eom, ids.eos})
     if (std::find(g.stop_ids.begin(), g.stop_ids.end(), id) == g.stop_ids.end()) g.stop_ids.push_back(id);
   g.keep_state = plan.keep;
+  g.snapshot_at = static_cast<int32_t>(BeforeNewestMessage(plan.send, ids.eom));
   g.max_positions = static_cast<int32_t>(opt.context);
   return g;
 }

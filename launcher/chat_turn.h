@@ -33,7 +33,8 @@ TurnPlan PlanTurn(const std::vector<int32_t>& rendered, const std::vector<int32_
                   int64_t kept, int32_t eom, int64_t context);
 
 // The turn's Generate: at most `room` ids (and --gen), ending at --stop-id(s), <|end_of_msg|>
-// or [EOS].
+// or [EOS]; snapshot_at = BeforeNewestMessage of what it sends (a prefix snapshot there, which
+// a later chat with the same preamble starts from).
 ipc::compute::Generate TurnGenerate(const LaunchOptions& opt, const TurnPlan& plan, const ChatControlIds& ids,
                                     uint64_t request_id);
 

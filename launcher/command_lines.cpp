@@ -79,6 +79,10 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
   if (HintsOffReason(opt, m, p) == nullptr) c.push_back("--prefetch-hints");
   if (!opt.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt.dump_logits});
   if (p.prefix_cache > 0) c.insert(c.end(), {"--prefix-cache", std::to_string(p.prefix_cache)});
+  if (!opt.prefix_store.empty())  // absolute: compute's working directory need not be ours
+    c.insert(c.end(), {"--prefix-store", std::filesystem::absolute(opt.prefix_store).string(), "--prefix-store-size",
+                       std::to_string(plan::ParsePrefixCache(opt.prefix_store_size, "prefix_store_size", false)),
+                       "--prefix-store-interval", std::to_string(opt.prefix_store_interval)});
   c.insert(c.end(), head_flags.begin(), head_flags.end());
   out.push_back({"compute", c, false});
 

@@ -73,6 +73,16 @@ std::vector<OptionSpec> MakeTable() {
        "compute's prefix-snapshot cache: a size (512M), 0 or off, or auto (a share of the budget above the floor "
        "when several requests reach compute, as with serve; off for one prompt or a chat)",
        kToCompute},
+      {"prefix_store", T::kPath, K3_FIELD(prefix_store), "DIR",
+       "persistent prefix store: prompt snapshots on disk in DIR, shared by every run of the model and the server; "
+       "a prompt that starts with a stored prefix starts from it, the same ids (docs/pipeline.md, Prefix store)",
+       kToCompute},
+      {"prefix_store_size", T::kSize, K3_FIELD(prefix_store_size), "SIZE",
+       "the prefix store's entries are kept under this size, least recently used evicted first", kToCompute},
+      {"prefix_store_interval", T::kInt, K3_FIELD(prefix_store_interval), "N",
+       "a long prompt is also snapshotted into the prefix store every N ids, rounded up to whole prefill chunks "
+       "(0: only at its end)",
+       kToCompute},
       {"prefetch_hints", T::kBool, K3_FIELD(prefetch_hints), "",
        "compute guesses each next layer's experts for the fetcher where that pays (docs/pipeline.md, Next-layer "
        "expert hints)",

@@ -290,6 +290,9 @@ void CheckOptions(const LaunchOptions& opt) {
     throw UsageError("--max-batch " + std::to_string(opt.max_batch) + ": must be 1 to " + std::to_string(plan::kMaxBatch));
   if (opt.spec > 0 && opt.full_recompute) throw UsageError("--spec needs incremental decoding, not full_recompute");
   (void)plan::ParsePrefixCache(opt.prefix_cache, "prefix_cache", true);  // exit 2 naming it
+  if (plan::ParsePrefixCache(opt.prefix_store_size, "prefix_store_size", false) <= 0)
+    throw UsageError("prefix_store_size: a size above 0 (e.g. 16G)");
+  if (opt.prefix_store_interval < 0) throw UsageError("prefix_store_interval must be >= 0");
   if (opt.inflight < 1 || opt.inflight > 1024) throw UsageError("--inflight must be in [1, 1024]");
   if (opt.expert_inputs != "f32" && opt.expert_inputs != "bf16")
     throw UsageError("--expert-inputs: '" + opt.expert_inputs + "' is not f32 or bf16");

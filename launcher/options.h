@@ -37,6 +37,11 @@ struct LaunchOptions {
   // (a share of the budget above the floor when compute answers several requests, as with --serve;
   // PrefixCacheFor).
   std::string prefix_cache = "auto";
+  // The persistent prefix store (docs/pipeline.md "Prefix store"): a directory ("" = off), the
+  // cap on its entries, and the snapshot interval of long prompts (0: only at a prompt's end).
+  std::string prefix_store;
+  std::string prefix_store_size = "16G";
+  int64_t prefix_store_interval = 4096;
   bool prefetch_hints = true;  // compute guesses each next layer's experts for the fetcher
   std::vector<std::string> expert_server;  // k3-expert-server endpoints (tcp://HOST:PORT): experts read there
   int64_t expert_slots = -1;   // cap on the plan's expert slots (experiments: force misses); -1 = none

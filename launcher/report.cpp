@@ -96,9 +96,11 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
   r["prefill_seconds"] = rec.done ? rec.done->prefill_seconds : 0.0;
   r["spec_drafted"] = rec.done ? rec.done->spec_drafted : 0;  // n-gram drafts verified (--spec)
   r["spec_accepted"] = rec.done ? rec.done->spec_accepted : 0;  // of them, emitted
-  // Prompt ids compute did not prefill: the sequence started from a cached prefix snapshot.
+  // Prompt ids compute did not prefill: the sequence started from a prefix snapshot (compute's
+  // cache in memory, or the prefix store on disk).
   r["cached_tokens"] = rec.done ? rec.done->cached_tokens : 0;
   r["prefix_cache_bytes"] = plan.prefix_cache;
+  r["prefix_store"] = rec.prefix_store.empty() ? nlohmann::json() : nlohmann::json(rec.prefix_store);
   // Per decode step, from token arrival times at the launcher: shows the spread the mean hides.
   r["token_seconds"] = rec.token_seconds;
   if (!rec.token_seconds.empty()) r["median_token_seconds"] = Median(rec.token_seconds);
@@ -175,9 +177,11 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
   out.push_back(Fmt("[launch] compute waited on I/O %.4f s/token while decoding (trunk %.4f, experts %.4f) of %.4f s/token",
                     d("compute_wait_seconds_per_token"), d("trunk_wait_seconds_per_token"),
                     d("expert_wait_seconds_per_token"), d("seconds_per_token")));
-  if (d("prefix_cache_bytes") > 0 || d("cached_tokens") > 0)
-    out.push_back(Fmt("[launch] prefix cache %s: %.0f prompt ids from a cached snapshot (not prefilled)",
-                      k3::FormatBytes(static_cast<int64_t>(d("prefix_cache_bytes"))).c_str(), d("cached_tokens")));
+  const bool store = r.contains("prefix_store") && r["prefix_store"].is_string();
+  if (d("prefix_cache_bytes") > 0 || d("cached_tokens") > 0 || store)
+    out.push_back(Fmt("[launch] %.0f prompt ids from a prefix snapshot (not prefilled); prefix cache %s, prefix store %s",
+                      d("cached_tokens"), k3::FormatBytes(static_cast<int64_t>(d("prefix_cache_bytes"))).c_str(),
+                      store ? r["prefix_store"].get<std::string>().c_str() : "off"));
   if (d("spec_drafted") > 0)
     out.push_back(Fmt("[launch] speculation: %.0f drafts verified, %.0f accepted (%.0f%%)", d("spec_drafted"),
                       d("spec_accepted"), 100 * d("spec_accepted") / d("spec_drafted")));

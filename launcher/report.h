@@ -34,6 +34,7 @@ struct RunRecord {
   std::string expert_inputs;
   std::vector<std::string> expert_servers;            // --expert-server, in order (the fetcher's server_<i>_*)
   bool prefetch_hints = false;
+  std::string prefix_store;                           // --prefix-store DIR ("" = off)
   bool interrupted = false;                           // stopped by a signal or a closed stdout
   std::string stop_reason;
   int64_t state_loaded_tokens = -1;                   // --load-state: the ids it held (-1: none)

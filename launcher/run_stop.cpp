@@ -57,6 +57,7 @@ RunRecord Runner::Record(const std::vector<int32_t>& ids, bool interrupted, cons
   if (tok_) r.tokenizer_error = tok_->failure();
   r.expert_inputs = opt_.expert_inputs;
   r.expert_servers = opt_.expert_server;
+  r.prefix_store = opt_.prefix_store;
   r.prefetch_hints = HintsOffReason(opt_, m_, plan_) == nullptr;
   r.interrupted = interrupted;
   r.stop_reason = reason;

@@ -160,6 +160,7 @@ struct Generate {
   int32_t logprobs = -1;
   bool perplexity = false;
   int32_t spec = 0;
+  int32_t snapshot_at = 0;  // 0 < N < ids.size(): a prefix snapshot after ids[0..N) too (chat: the preamble's end)
   bool operator==(const Generate&) const = default;
 };
 struct TopLogprob {

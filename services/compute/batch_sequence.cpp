@@ -15,8 +15,7 @@ Segment BatchedSequence::NextSegment() {
   s.state = &state_;
   if (prefilling()) {
     const int64_t n = static_cast<int64_t>(p_.ids.size());
-    last_T_ = std::min(p_.prefill_chunk, n - fed_);
-    if (p_.mark > fed_ && p_.mark < fed_ + last_T_) last_T_ = p_.mark - fed_;  // this chunk ends at the mark
+    last_T_ = ChunkEnd(fed_, p_.prefill_chunk, n, p_.marks) - fed_;  // ends at a mark inside
     s.ids = p_.ids.data() + fed_;
     s.T = last_T_;
     s.all_positions = p_.all_positions;
@@ -45,7 +44,7 @@ void BatchedSequence::AfterPass(double seconds) {
     std::copy(chunk_logits_.end() - V_, chunk_logits_.end(), logits_.begin());
   }
   fed_ += last_T_;
-  if (fed_ == p_.mark && p_.mark < n && hooks_.at_mark) hooks_.at_mark();
+  if (fed_ < n && hooks_.at_mark && std::binary_search(p_.marks.begin(), p_.marks.end(), fed_)) hooks_.at_mark(fed_);
   if (hooks_.on_prefill_progress) hooks_.on_prefill_progress(fed_, n);
   if (fed_ < n) {  // between two prompt chunks: a Cancel drops the rest of the prompt
     if (hooks_.cancelled && hooks_.cancelled()) {

@@ -19,8 +19,8 @@ class BatchedSequence {
  public:
   // `p` without full_recompute or spec (ignored: same ids); p.ids non-empty; `state` the
   // sequence's state after p.prior (a fresh one for a new sequence, or a prefix snapshot's
-  // copy). p.mark and hooks.at_mark as in RunGreedy: the prompt chunk crossing the mark ends
-  // there, and at_mark sees state() after exactly p.ids[0..mark).
+  // copy). p.marks and hooks.at_mark as in RunGreedy: a prompt chunk crossing a mark ends
+  // there, and at_mark(mark) sees state() after exactly p.ids[0..mark).
   BatchedSequence(int64_t vocab, GreedyParams p, GreedyHooks hooks, SequenceState state);
 
   bool ended() const { return ended_; }

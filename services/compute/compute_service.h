@@ -26,6 +26,9 @@ struct PipelineOptions {
   double slot_wait_seconds = 10;  // PipelineExpertSource's slot_wait (--expert-slot-wait)
   int max_batch = 1;  // --max-batch: new sequences decoded together (docs/pipeline.md "Batched steps")
   int64_t prefix_cache_bytes = 0;  // bound of the prefix-snapshot cache (--prefix-cache; 0 = off)
+  std::string prefix_store_dir;    // --prefix-store ("" = off; docs/pipeline.md "Prefix store")
+  int64_t prefix_store_bytes = 0;  // --prefix-store-size
+  int64_t prefix_store_interval = 4096;  // --prefix-store-interval (0: prompt ends only)
 };
 
 // The process: stop signals, control link, service lifecycle; returns the exit code.

@@ -12,6 +12,13 @@ int32_t Argmax(const float* v, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
+int64_t ChunkEnd(int64_t start, int64_t chunk, int64_t n, const std::vector<int64_t>& marks) {
+  int64_t end = std::min(start + chunk, n);
+  for (int64_t m : marks)
+    if (m > start && m < end) return m;  // ascending: the first inside
+  return end;
+}
+
 GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const GreedyHooks& hooks) {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
@@ -27,8 +34,7 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
   auto prefill = [&](const std::vector<int32_t>& ids, bool first_pass) {
     const int64_t n = static_cast<int64_t>(ids.size());
     for (int64_t s = 0, T = 0; s < n; s += T) {
-      T = std::min(p.prefill_chunk, n - s);
-      if (first_pass && p.mark > s && p.mark < s + T) T = p.mark - s;  // this chunk ends at the mark
+      T = (first_pass ? ChunkEnd(s, p.prefill_chunk, n, p.marks) : std::min(s + p.prefill_chunk, n)) - s;
       if (first_pass && p.all_positions) {
         chunk_logits.resize(static_cast<size_t>(T * V));
         fwd.Run(ids.data() + s, T, true, chunk_logits.data(), p.tracer);
@@ -37,7 +43,8 @@ GreedyResult RunGreedy(Forward& fwd, int64_t V, const GreedyParams& p, const Gre
       } else {
         fwd.Run(ids.data() + s, T, false, logits.data(), nullptr);
       }
-      if (first_pass && s + T == p.mark && p.mark < n && hooks.at_mark) hooks.at_mark();
+      if (first_pass && s + T < n && hooks.at_mark && std::binary_search(p.marks.begin(), p.marks.end(), s + T))
+        hooks.at_mark(s + T);
       if (first_pass && hooks.on_prefill_progress) hooks.on_prefill_progress(s + T, n);
       if (first_pass && s + T < n && hooks.cancelled && hooks.cancelled()) throw PromptCancelled{s + T};
     }

@@ -25,17 +25,17 @@ struct GreedyParams {
   std::vector<int32_t> prior;  // the sequence's ids consumed before `ids` (a kept or loaded state)
   TokenChooser choose;         // picks each token (speculate.h); empty: the sampler with `sampling`
   int64_t spec = 0;            // n-gram drafts per verify pass (speculate.h); 0: one token per step
-  // 0 < mark < ids.size(): the prompt pass ends a chunk after ids[0..mark) and calls
-  // hooks.at_mark there (compute snapshots the sequence for its prefix cache). Chunk
-  // boundaries never change the bits, so neither does the mark.
-  int64_t mark = 0;
+  // Ascending, each 0 < mark < ids.size(): the prompt pass ends a chunk after ids[0..mark) and
+  // calls hooks.at_mark(mark) there (compute snapshots the sequence for its prefix cache and
+  // store). Chunk boundaries never change the bits, so neither do the marks.
+  std::vector<int64_t> marks;
 };
 
 struct GreedyHooks {
   std::function<void(const float* logits, int64_t T)> on_prompt_chunk;  // all_positions only
   std::function<void(int64_t done, int64_t total)> on_prefill_progress;  // first pass
   std::function<void(const float* logits)> after_prefill;  // logits choosing the first token
-  std::function<void()> at_mark;  // the state has consumed exactly p.ids[0..p.mark)
+  std::function<void(int64_t mark)> at_mark;  // the state has consumed exactly p.ids[0..mark)
   // The raw logits that chose generated token `index` (before on_token): logprobs.
   std::function<void(const float* logits, int32_t id, int64_t index)> on_chosen;
   std::function<void(int32_t id, int64_t index)> on_token;
@@ -60,6 +60,10 @@ struct GreedyResult {
   bool prefill_done = false;  // false: stopped during the prompt pass (no logits, no token)
   int64_t spec_drafted = 0, spec_accepted = 0;  // drafts verified, and of them emitted
 };
+
+// The end of the prompt chunk that starts at `start` (of `n` ids): start + chunk, or n, or the
+// first mark inside, whichever comes first.
+int64_t ChunkEnd(int64_t start, int64_t chunk, int64_t n, const std::vector<int64_t>& marks);
 
 // Strict argmax: ties keep the lowest id.
 int32_t Argmax(const float* v, int64_t n);

@@ -90,6 +90,18 @@ int main(int argc, char** argv) {
   app.add_option("--prefix-cache", prefix_cache,
                  "pipeline: bound of the prefix-snapshot cache, a size like 512M (a new sequence starts from the "
                  "longest cached prefix of its prompt; the same ids); 0 = off (default; k3-launch passes its plan's)");
+  app.add_option("--prefix-store", pipe.prefix_store_dir,
+                 "pipeline: directory of the persistent prefix store (docs/pipeline.md \"Prefix store\"): prompt "
+                 "snapshots on disk, shared by every run of the model; a new sequence starts from the longest stored "
+                 "prefix of its prompt (the same ids)");
+  std::string prefix_store_size = "16G";
+  app.add_option("--prefix-store-size", prefix_store_size,
+                 "pipeline: the store's entries are kept under this many bytes, least recently used evicted first "
+                 "(default 16G)");
+  app.add_option("--prefix-store-interval", pipe.prefix_store_interval,
+                 "pipeline: a long prompt is also snapshotted every N ids, rounded up to whole prefill chunks "
+                 "(0: only at its end; default 4096)")
+      ->check(CLI::NonNegativeNumber);
   return k3::RunMain("k3-compute", [&]() -> int {
     if (!k3::ParseCommandLine(app, argc, argv, "k3-compute")) return k3::kExitOk;
     if (app.get_option("--threads")->count() > 0)  // the bound k3-launch applies (common/option_limits.h)
@@ -101,9 +113,13 @@ int main(int argc, char** argv) {
       pipe.probe_membw = opt.probe_membw;
       pipe.prefetch_hints = opt.prefetch_hints;
       pipe.prefix_cache_bytes = k3::plan::ParsePrefixCache(prefix_cache, "--prefix-cache", false);
+      pipe.prefix_store_bytes = k3::plan::ParsePrefixCache(prefix_store_size, "--prefix-store-size", false);
+      if (pipe.prefix_store_bytes <= 0) throw k3::UsageError("--prefix-store-size: a size above 0 (e.g. 16G)");
       return k3::compute::RunComputeService(pipe);
     }
     if (app.get_option("--prefix-cache")->count() > 0) throw k3::UsageError("--prefix-cache needs --pipeline");
+    for (const char* f : {"--prefix-store", "--prefix-store-size", "--prefix-store-interval"})
+      if (app.get_option(f)->count() > 0) throw k3::UsageError(std::string(f) + " needs --pipeline");
     if (opt.model_dir.empty())
       throw k3::UsageError("only --standalone MODEL_DIR is implemented so far");
     if (ids_text.empty()) throw k3::UsageError("--ids is required");

@@ -30,25 +30,23 @@ void SaveSequence(const std::string& path, const ModelConfig& cfg, const state::
   state::WriteStateFile(path, cfg, info, body);
 }
 
-SavedSequence LoadSequence(const std::string& path, const ModelConfig& cfg, const state::ModelIdentity& model,
-                           int64_t context) {
+state::StateInfo LoadSequenceInto(const std::string& path, const ModelConfig& cfg, const state::ModelIdentity& model,
+                                  int64_t context, SequenceState& into) {
   state::Expect want;
   want.cfg = &cfg;
   want.model = model;
   want.expert_inputs_bf16 = cfg.expert_inputs_bf16;
   want.context = context;
-  // Read straight into a new SequenceState (the live one stays as it is until this succeeds).
-  SavedSequence r;
-  r.state.Reset(cfg);
+  into.Reset(cfg);
   auto sections = [&](int64_t position) {
     std::vector<std::span<float>> out;
     for (int64_t l = 0; l < cfg.num_layers; ++l) {
       const size_t i = static_cast<size_t>(l);
       if (cfg.layer_kind[i] == MixerKind::KDA) {
-        KdaState& k = r.state.kda[i];
+        KdaState& k = into.kda[i];
         for (std::vector<float>* v : {&k.S, &k.conv_q, &k.conv_k, &k.conv_v}) out.emplace_back(*v);
       } else {
-        MlaCache& m = r.state.mla[i];
+        MlaCache& m = into.mla[i];
         m.c.resize(static_cast<size_t>(position * cfg.kv_lora_rank));
         m.kpe.resize(static_cast<size_t>(position * cfg.qk_rope_head_dim));
         m.len = position;
@@ -59,7 +57,15 @@ SavedSequence LoadSequence(const std::string& path, const ModelConfig& cfg, cons
     return out;
   };
   state::StateInfo info = state::ReadStateFile(path, want, sections);
-  r.state.position = info.position;
+  into.position = info.position;
+  return info;
+}
+
+SavedSequence LoadSequence(const std::string& path, const ModelConfig& cfg, const state::ModelIdentity& model,
+                           int64_t context) {
+  // Read straight into a new SequenceState (the live one stays as it is until this succeeds).
+  SavedSequence r;
+  state::StateInfo info = LoadSequenceInto(path, cfg, model, context, r.state);
   r.ids = std::move(info.ids);
   r.extra = std::move(info.extra);
   return r;

@@ -25,4 +25,10 @@ void SaveSequence(const std::string& path, const ModelConfig& cfg, const state::
 SavedSequence LoadSequence(const std::string& path, const ModelConfig& cfg, const state::ModelIdentity& model,
                            int64_t context);
 
+// The same straight into `into` (reset first; its buffers are reused, so no second sequence
+// state exists): returns the file's ids and extra. On a throw `into` holds unspecified values
+// (the caller resets it).
+state::StateInfo LoadSequenceInto(const std::string& path, const ModelConfig& cfg, const state::ModelIdentity& model,
+                                  int64_t context, SequenceState& into);
+
 }  // namespace k3::compute

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "batch_sequence.h"
+#include "prefix_store_rules.h"
 #include "saved_state.h"
 #include "common/error.h"
 #include "common/user_file.h"
@@ -18,6 +19,13 @@ namespace cp = ipc::compute;
 
 namespace {
 ipc::control::Stat S(const char* name, double v) { return {name, v}; }
+
+// The stats line's account of the prefix store: ids of this request read from it, entries written so far.
+std::string StoreNote(size_t stored, const PrefixStore* store) {
+  if (!store || !store->on()) return "";
+  return ", " + std::to_string(stored) + " of them from the prefix store (" + std::to_string(store->written()) +
+         " snapshots written by this process)";
+}
 }  // namespace
 
 // What one request carries besides its sequence: the Generate, what its hooks keep, the
@@ -27,6 +35,8 @@ struct Scheduler::Request {
   std::vector<int32_t> feed;  // the ids this request feeds (a kept state's unconsumed ones first)
   size_t kept = 0;            // ids of a kept sequence (or a prefix snapshot) before feed
   size_t cached = 0;          // of them, from a prefix snapshot (RunStats.cached_tokens)
+  size_t stored = 0;          // of those, read from the prefix store
+  std::vector<int32_t> whole;  // p.prior + p.ids: the sequence once the prompt is consumed (snapshot keys)
   GreedyParams p;
   PromptScorer scorer;
   Logprobs chosen_lp;  // of the token on_token sends next (--logprobs)
@@ -39,7 +49,12 @@ struct Scheduler::Request {
 Scheduler::Scheduler(const ModelConfig& cfg, Forward& fwd, const PipelineCounters& counters, SchedulerPort& port,
                      SchedulerOptions opt)
     : cfg_(cfg), fwd_(fwd), counters_(counters), port_(port), opt_(std::move(opt)),
-      prefix_cache_(opt_.prefix_cache_bytes) {}
+      prefix_cache_(opt_.prefix_cache_bytes) {
+  if (!opt_.prefix_store_dir.empty()) {
+    identity_ = opt_.identify();
+    store_ = std::make_unique<PrefixStore>(opt_.prefix_store_dir, opt_.prefix_store_bytes, cfg_, *identity_);
+  }
+}
 
 Scheduler::~Scheduler() = default;
 
@@ -67,27 +82,55 @@ void Scheduler::Handle(const cp::Message& m) {
   }
 }
 
-const PrefixSnapshot* Scheduler::StartFromCache(Request& r) {
+void Scheduler::StartFromSnapshot(Request& r, SequenceState& into) {
   const cp::Generate& g = r.g;
-  if (!StartsFromCache(g, prefix_cache_.capacity())) return nullptr;
-  const PrefixSnapshot* hit = prefix_cache_.Lookup(g.ids);
-  if (!hit) return nullptr;
-  r.cached = r.kept = hit->ids.size();
-  r.feed.assign(g.ids.begin() + static_cast<std::ptrdiff_t>(r.cached), g.ids.end());
+  const bool from_cache = StartsFromCache(g, prefix_cache_.capacity());
+  const bool from_store = StartsFromStore(g, store_ && store_->on());
+  const PrefixSnapshot* hit = from_cache ? prefix_cache_.Lookup(g.ids) : nullptr;
+  const int64_t in_cache = hit ? static_cast<int64_t>(hit->ids.size()) : 0;
+  // The cache sits in front: the store is read only for a longer prefix than the cache holds.
+  const int64_t in_store = from_store ? store_->Restore(g.ids, in_cache, into) : 0;
+  size_t n = 0;
+  if (in_store > 0) {
+    n = r.stored = static_cast<size_t>(in_store);
+  } else if (hit) {
+    into = hit->state;  // copied into this sequence's buffers; the snapshot stays for the next request
+    n = hit->ids.size();
+  } else {
+    if (!from_store) into.Reset(cfg_);  // Restore leaves it fresh
+    return;
+  }
+  r.cached = r.kept = n;
+  r.feed.assign(g.ids.begin() + static_cast<std::ptrdiff_t>(n), g.ids.end());
   r.p.ids = r.feed;
-  r.p.prior = hit->ids;  // the sampler sees them as the sequence's first ids: a fresh run's draws
+  // The sampler sees them as the sequence's first ids: a fresh run's draws.
+  r.p.prior.assign(g.ids.begin(), g.ids.begin() + static_cast<std::ptrdiff_t>(n));
   r.scorer = PromptScorer{r.feed};
-  return hit;
 }
 
 void Scheduler::OfferCache(Request& r, GreedyHooks& hooks, std::function<const SequenceState*()> state) {
   const cp::Generate& g = r.g;
-  if (!OffersPrompt(g, prefix_cache_.capacity(), r.feed.size())) return;
-  if (!prefix_cache_.Fits(plan::PrefixSnapshotBytes(cfg_, static_cast<int64_t>(g.ids.size()) - 1))) return;
-  r.p.mark = static_cast<int64_t>(r.feed.size()) - 1;
-  hooks.at_mark = [this, &r, state = std::move(state)] {
-    if (const SequenceState* s = state())
-      OfferToCache(std::span<const int32_t>(r.g.ids.data(), r.g.ids.size() - 1), *s);
+  const auto feed = static_cast<int64_t>(r.feed.size());
+  const bool to_cache = OffersPrompt(g, prefix_cache_.capacity(), r.feed.size());
+  const bool cache_prompt =
+      to_cache && prefix_cache_.Fits(plan::PrefixSnapshotBytes(cfg_, static_cast<int64_t>(g.ids.size()) - 1));
+  const bool to_store = OffersStore(g, store_ && store_->on());
+  if (!cache_prompt && !to_store) return;
+  // Generate.snapshot_at counts in g.ids; the feed starts with the kept ids not consumed yet
+  // (keep_state), or after the ids a snapshot held.
+  const int64_t also = g.snapshot_at > 0 && (to_cache || to_store)
+                           ? g.snapshot_at + feed - static_cast<int64_t>(g.ids.size()) : 0;
+  r.p.marks = store::SnapshotMarks(feed, r.p.prefill_chunk, to_store ? opt_.prefix_store_interval : 0, also,
+                                   true);
+  r.whole = r.p.prior;
+  r.whole.insert(r.whole.end(), r.feed.begin(), r.feed.end());
+  hooks.at_mark = [this, &r, state = std::move(state), to_cache, to_store, also, feed](int64_t mark) {
+    const SequenceState* s = state();
+    const size_t n = r.p.prior.size() + static_cast<size_t>(mark);
+    if (!s || s->position != static_cast<int64_t>(n)) return;
+    const std::span<const int32_t> consumed(r.whole.data(), n);
+    if (to_cache && (mark == feed - 1 || mark == also)) OfferToCache(consumed, *s);
+    if (to_store && store_->Wants(consumed)) store_->Put(consumed, *s);
   };
 }
 
@@ -254,8 +297,10 @@ GreedyHooks Scheduler::HooksFor(Request& r) {
 
 void Scheduler::Answer(const cp::Generate& g) {
   std::unique_ptr<Request> r = Prepare(g, false);
-  if (const PrefixSnapshot* hit = StartFromCache(*r)) {  // a new sequence alone (--spec at max_batch 1)
-    fwd_.CopyState(hit->state);
+  if (StartsFromCache(g, prefix_cache_.capacity()) || StartsFromStore(g, store_ && store_->on())) {
+    SequenceState s = fwd_.TakeState();  // a new sequence alone (--spec at max_batch 1): its buffers
+    StartFromSnapshot(*r, s);
+    fwd_.LoadState(std::move(s));
     seq_ids_ = r->p.prior;
   }
   active_ = {r.get()};
@@ -285,10 +330,7 @@ void Scheduler::Answer(const cp::Generate& g) {
 SequenceState Scheduler::InitSequence(Request& r) {
   SequenceState s = fwd_.TakeState();
   seq_ids_.clear();
-  if (const PrefixSnapshot* hit = StartFromCache(r))
-    s = hit->state;  // copied into this sequence's buffers; the snapshot stays for the next request
-  else
-    s.Reset(cfg_);
+  StartFromSnapshot(r, s);
   return s;
 }
 
@@ -420,11 +462,11 @@ void Scheduler::Finish(Request& r, const GreedyResult& res) {
   std::fprintf(stderr,
                "[compute] stats: %zu tokens generated (ended by %s), prefill %.2f s, %.4f s/token, "
                "waits trunk %.2f s expert %.2f s, %llu rejected messages; %zu prompt ids from the prefix cache "
-               "(%zu snapshots, %s)\n",
+               "(%zu snapshots, %s)%s\n",
                res.generated.size(), how, res.prefill_seconds, res.seconds_per_token,
                c.trunk_wait_seconds - at_start.trunk_wait_seconds, c.expert_wait_seconds - at_start.expert_wait_seconds,
                static_cast<unsigned long long>(rejected), r.cached, prefix_cache_.size(),
-               k3::FormatBytes(prefix_cache_.bytes()).c_str());
+               k3::FormatBytes(prefix_cache_.bytes()).c_str(), StoreNote(r.stored, store_.get()).c_str());
 }
 
 }  // namespace k3::compute

@@ -25,6 +25,7 @@
 #include "membw_probe.h"
 #include "pipeline_counters.h"
 #include "prefix_cache.h"
+#include "prefix_store.h"
 #include "sampler.h"
 #include "scheduler_rules.h"
 
@@ -58,6 +59,11 @@ class SchedulerPort {
 struct SchedulerOptions {
   int max_batch = 1;               // --max-batch
   int64_t prefix_cache_bytes = 0;  // --prefix-cache (0 = off)
+  // --prefix-store DIR ("" = off), its cap (--prefix-store-size) and the snapshot interval of
+  // long prompts (--prefix-store-interval; 0 = only at the prompt's end and Generate.snapshot_at).
+  std::string prefix_store_dir;
+  int64_t prefix_store_bytes = 0;
+  int64_t prefix_store_interval = 0;
   std::string dump_logits;         // --dump-logits: the logits choosing each request's first token
   bool probe_membw = false;        // --probe-membw: ProbeReadGBs(probe_regions) between steps
   std::vector<MemRegion> probe_regions;
@@ -65,7 +71,8 @@ struct SchedulerOptions {
   // of one routed expert (0 for dense layers).
   int64_t trunk_bytes_pass = 0;
   std::vector<int64_t> expert_bytes;
-  // The model's identity for state files (asked at the first StateOp).
+  // The model's identity for state files (asked at the first StateOp, or at the start with a
+  // prefix store).
   std::function<state::ModelIdentity()> identify;
 };
 
@@ -88,6 +95,7 @@ class Scheduler {
   // The sequence's ids (prompts and generated, a loaded state's included).
   const std::vector<int32_t>& sequence_ids() const { return seq_ids_; }
   const PrefixCache& prefix_cache() const { return prefix_cache_; }
+  const PrefixStore* prefix_store() const { return store_.get(); }
 
  private:
   struct Request;
@@ -101,15 +109,17 @@ class Scheduler {
   void BatchStep();
   // A new sequence's state (the one place a batched sequence starts; it reuses the kept
   // sequence's memory, and the kept sequence is dropped as a new request always did): a copy
-  // of the longest prefix snapshot of its prompt, else fresh (StartFromCache).
+  // of the longest prefix snapshot of its prompt, else fresh (StartFromSnapshot).
   SequenceState InitSequence(Request& r);
-  // Prefix reuse, for a new sequence run in a batch or alone. StartFromCache: the longest
-  // snapshot that prefixes r's prompt (null: none, or r never starts from one); r then feeds
-  // only the rest (kept, cached, feed, p.ids, p.prior say so) and the caller copies the
-  // snapshot into the sequence's own state. OfferCache sets r's snapshot points, the prompt
-  // minus its last id (p.mark, hooks.at_mark) and the sequence at its end (OfferEnd), each
-  // taken from `state` (r's own sequence).
-  const PrefixSnapshot* StartFromCache(Request& r);
+  // Prefix reuse, for a new sequence run in a batch or alone. StartFromSnapshot: `into` (the
+  // sequence's own state) becomes the longest snapshot that prefixes r's prompt, a copy from
+  // the cache or, when the store holds a longer one, read from the store; fresh when there is
+  // none (or r never starts from one). r then feeds only the rest (kept, cached, feed, p.ids,
+  // p.prior say so). OfferCache sets r's snapshot points (p.marks, hooks.at_mark): for the
+  // cache the prompt minus its last id and Generate.snapshot_at, for the store those and every
+  // prefix_store_interval ids; and the sequence at its end (OfferEnd, cache only); each taken
+  // from `state` (r's own sequence).
+  void StartFromSnapshot(Request& r, SequenceState& into);
   void OfferCache(Request& r, GreedyHooks& hooks, std::function<const SequenceState*()> state);
   void OfferEnd(const Request& r, const std::vector<int32_t>& consumed_ids, const SequenceState& state, bool torn);
   void OfferToCache(std::span<const int32_t> consumed, const SequenceState& state);
@@ -138,6 +148,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Request>> batch_;  // the batched ones, in admission order
   std::optional<ipc::compute::Step> pending_step_;  // of the last pass, sent after its Tokens
   PrefixCache prefix_cache_;
+  std::unique_ptr<PrefixStore> store_;  // null: no --prefix-store
 };
 
 }  // namespace k3::compute

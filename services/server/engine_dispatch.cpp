@@ -87,6 +87,9 @@ void Engine::Dispatch() {
     g.max_positions = static_cast<int32_t>(std::min<int64_t>(cfg_.context, INT32_MAX));
     g.sampling = spec.sampling;
     g.logprobs = spec.logprobs;
+    // A chat's conversation before its newest message (its preamble, for a first message):
+    // a prefix snapshot there serves the next conversation with the same system prompt.
+    if (spec.endpoint == Endpoint::kChat) g.snapshot_at = static_cast<int32_t>(BeforeNewestMessage(a.prompt, chat_ids_->eom));
     try {
       ipc::SendMessage(compute_, ipc::Encode(g), {}, "compute");
     } catch (const k3::Error&) {

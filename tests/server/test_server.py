@@ -396,6 +396,31 @@ class ServerTest(unittest.TestCase):
             self.assertEqual(got["choices"][0]["message"], want["choices"][0]["message"])
         self.assertGreater(len(b["choices"][0]["token_ids"]), 0)
 
+    def test_prefix_store_outlives_the_server(self):
+        # A server with --prefix-store answers a chat; a new server on the same directory answers
+        # another chat with the same system message from the stored preamble (Generate.snapshot_at:
+        # the conversation before the newest message), with the tokens of the shared server
+        # without a store.
+        store = os.path.join(self.tmp, "prefix-store")
+        system = {"role": "system", "content": "You are a patient teacher of geography and history."}
+        params = dict(model=NAME, max_tokens=12, return_token_ids=True)
+        first = dict(params, messages=[system, {"role": "user", "content": "Where is Lyon?"}])
+        second = dict(params, messages=[system, {"role": "user", "content": "Who built the pyramids?"}])
+        for n, req in enumerate((first, second)):
+            srv = Server(self.tmp, ["--prefix-store", store])
+            try:
+                got = srv.client("create", params=req)["response"]
+            finally:
+                srv.stop()
+        cached = got["usage"]["prompt_tokens_details"]["cached_tokens"]
+        ids = got["prompt_token_ids"]
+        eom = 4098  # <|end_of_msg|> in the demo vocabulary (docs/demo-model.md)
+        ends = [i + 1 for i, t in enumerate(ids) if t == eom]
+        self.assertEqual(cached, ends[-2], "the preamble: up to the end of the message before the user's")
+        ref = self.srv.client("create", params=second)["response"]
+        self.assertEqual(got["prompt_token_ids"], ref["prompt_token_ids"])
+        self.assertEqual(got["choices"][0]["token_ids"], ref["choices"][0]["token_ids"])
+
     def test_kill_weight_services_keeps_tokens(self):
         params = dict(model=NAME, prompt="The king", max_tokens=150, ignore_eos=True, return_token_ids=True)
         want = self.srv.client("create", params=params)["response"]["choices"][0]["token_ids"]

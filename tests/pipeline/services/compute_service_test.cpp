@@ -632,6 +632,93 @@ TEST_F(ComputeServiceTest, PrefixCacheStartsFromSnapshotsWithTheSameIdsAndLogits
   fs::remove_all(dir);
 }
 
+// The persistent prefix store (docs/pipeline.md "Prefix store"): snapshots one compute process
+// wrote start another process's prompts, with exactly the ids and first-token logits of a
+// compute without it that prefilled everything, and cached_tokens exactly the stored prefix
+// (a restore one position off would change both). Snapshots: the prompt minus its last id, every
+// --prefix-store-interval ids (8 here, two chunks of 4) and Generate.snapshot_at. A corrupt
+// entry is skipped with one warning and the next shorter one is used.
+TEST_F(ComputeServiceTest, PrefixStoreStartsAnotherProcessFromStoredPrefixesWithTheSameIdsAndLogits) {
+  const fs::path dir = fs::path(K3_SVC_SCRATCH) / ("store-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string logits = (dir / "first.f32").string(), store = (dir / "store").string();
+  struct Out {
+    std::vector<int32_t> ids;
+    std::string logits;
+    int32_t cached = -1;
+  };
+  auto run = [&](uint64_t id, const std::vector<int32_t>& prompt, int32_t snapshot_at) {
+    cp::Generate g;
+    g.request_id = id;
+    g.ids = prompt;
+    g.gen = 5;
+    g.prefill_chunk = 4;
+    g.snapshot_at = snapshot_at;
+    Send(g);
+    Out o;
+    auto d = Collect(o.ids);
+    EXPECT_TRUE(d) << launcher_.ReadStderr("compute");
+    if (!d) return o;
+    o.cached = d->stats.cached_tokens;
+    std::ifstream f(logits, std::ios::binary);
+    o.logits.assign(std::istreambuf_iterator<char>(f), {});
+    EXPECT_EQ(o.logits.size(), static_cast<size_t>(cfg_.vocab_size) * 4);
+    return o;
+  };
+  const std::vector<int32_t> P = {1, 5, 9, 200, 77, 3, 18, 42, 64, 2, 150};  // 11 ids
+  std::vector<int32_t> PQ = P, R(P.begin(), P.begin() + 9), pre = {8, 130, 61, 17, 4, 99}, u1 = pre, u2 = pre;
+  PQ.insert(PQ.end(), {11, 300, 7, 99, 4});
+  std::vector<int32_t> PS = P;  // P + another ending, asked only after P's entry is corrupt
+  PS.insert(PS.end(), {12, 13, 14});
+  R.insert(R.end(), {33, 34, 35});      // shares 9 ids with P: the interval snapshot at 8
+  u1.insert(u1.end(), {40, 41, 42});    // a chat's preamble, then two different first messages
+  u2.insert(u2.end(), {50, 51, 52, 53});
+
+  RestartCompute({"--dump-logits", logits});  // the reference: no store
+  const Out ref_p = run(1, P, 0), ref_pq = run(2, PQ, 0), ref_r = run(3, R, 0), ref_u2 = run(4, u2, 0),
+            ref_ps = run(5, PS, 0);
+  const std::vector<std::string> with_store = {"--dump-logits", logits, "--prefix-store", store,
+                                               "--prefix-store-size", "64M", "--prefix-store-interval", "8"};
+  RestartCompute(with_store);
+  auto same = [](const Out& got, const Out& want, int32_t cached, const char* what) {
+    EXPECT_EQ(got.cached, cached) << what;
+    EXPECT_EQ(got.ids, want.ids) << what;
+    EXPECT_TRUE(got.logits == want.logits) << what << ": first-token logits differ";
+  };
+  same(run(11, P, 0), ref_p, 0, "first process, P");  // stores P[0..8) and P[0..10)
+  run(12, u1, static_cast<int32_t>(pre.size()));     // stores the preamble
+  RestartCompute(with_store);  // another process: nothing in memory
+  same(run(21, PQ, 0), ref_pq, static_cast<int32_t>(P.size()) - 1, "P + Q from the store");
+  same(run(22, R, 0), ref_r, 8, "a prompt sharing 9 ids: the interval snapshot");
+  same(run(23, u2, 0), ref_u2, static_cast<int32_t>(pre.size()), "another first message after the preamble");
+  EXPECT_NE(launcher_.ReadStderr("compute").find("from the prefix store"), std::string::npos);
+
+  // Corrupt the P[0..10) entry: one warning, then the interval entry (8) is used instead.
+  fs::path longest;
+  for (const auto& e : fs::directory_iterator(store)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("k3p-", 0) == 0 && n.find("-10-") != std::string::npos) longest = e.path();
+  }
+  ASSERT_FALSE(longest.empty());
+  {
+    std::fstream f(longest, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(fs::file_size(longest) / 2);
+    f.seekg(at);
+    const char c = static_cast<char>(f.get() ^ 0x20);
+    f.seekp(at);
+    f.put(c);
+  }
+  RestartCompute(with_store);
+  same(run(31, PS, 0), ref_ps, 8, "P + S with P's longest entry corrupt");
+  const std::string err = launcher_.ReadStderr("compute");
+  EXPECT_NE(err.find("k3-compute: warning: prefix store"), std::string::npos) << err;
+  EXPECT_NE(err.find("checksum mismatch"), std::string::npos) << err;
+  launcher_.Shutdown("compute");
+  EXPECT_EQ(compute_.Wait(10s), 0) << launcher_.ReadStderr("compute");
+  fs::remove_all(dir);
+}
+
 // Prefix reuse in the batched scheduler (--max-batch 3): A and B share a prompt prefix and run
 // in one batch; C (A's prompt extended) arrives while A and B decode and starts from A's
 // prompt-minus-last snapshot, taken from A's own state in the batch; D (A's chat turn: A's

@@ -177,6 +177,24 @@ TEST(ChatTurn, TheGenerateStopsAtTheMessagesEndAndFitsTheRoom) {
   EXPECT_EQ(KeptAfterTurn(0, 6, 2, 9), 17);
 }
 
+// The prefix snapshot a turn asks for: where the conversation before the new user message ends
+// (for a first turn, the preamble every chat with these settings shares).
+TEST(ChatTurn, TheSnapshotPointIsWhereTheNewestMessageStarts) {
+  const int32_t eom = 103;
+  const std::vector<int32_t> first = {1, 2, 103, 5, 6, 103, 60, 61, 103, 70, 71};  // system, effort, user, prompt
+  EXPECT_EQ(BeforeNewestMessage(first, eom), 6);
+  EXPECT_EQ(BeforeNewestMessage({60, 61, 103, 70, 71}, eom), 0);  // a kept turn's ids: nothing before
+  EXPECT_EQ(BeforeNewestMessage({60, 61, 70}, eom), 0);
+  LaunchOptions o;
+  TurnPlan p;
+  p.send = first;
+  p.room = 10;
+  EXPECT_EQ(TurnGenerate(o, p, Ids(), 1).snapshot_at, 6);
+  p.send = {60, 61, 103, 70, 71};
+  p.keep = true;
+  EXPECT_EQ(TurnGenerate(o, p, Ids(), 2).snapshot_at, 0);
+}
+
 TEST(ChatTurn, CommandsAndTheirArguments) {
   EXPECT_EQ(ParseChatCommand("/quit").cmd, "/quit");
   EXPECT_EQ(ParseChatCommand("/quit").arg, "");

@@ -150,6 +150,20 @@ TEST(CommandLines, PrefixCacheBoundFromThePlan) {
             "123456789");
 }
 
+// prefix_store: compute gets the directory made absolute, the cap in bytes and the interval.
+TEST(CommandLines, PrefixStoreFlagsGoToCompute) {
+  EXPECT_FALSE(Has(Find(ServiceCommandLines(Options(), Layout(), Plan(), Endpoints(), ""), "compute").argv,
+                   "--prefix-store"));
+  LaunchOptions o = Options();
+  o.prefix_store = "rel/store";
+  o.prefix_store_size = "2G";
+  o.prefix_store_interval = 512;
+  const std::vector<std::string> c = Find(ServiceCommandLines(o, Layout(), Plan(), Endpoints(), ""), "compute").argv;
+  EXPECT_EQ(After(c, "--prefix-store"), (std::filesystem::current_path() / "rel/store").string());
+  EXPECT_EQ(After(c, "--prefix-store-size"), std::to_string(int64_t{2} << 30));
+  EXPECT_EQ(After(c, "--prefix-store-interval"), "512");
+}
+
 TEST(CommandLines, WarmWhenEveryExpertHasASlotAndHintsWhenAllPinned) {
   plan::MemoryPlan p = Plan();
   p.expert_slots = 24;
@@ -293,6 +307,7 @@ TEST(CommandLines, EveryFlagPassedIsDocumented) {
   o.manifest = "/m.json";
   o.no_verify = true;
   o.max_batch = 4;
+  o.prefix_store = "/var/k3-store";
   plan::MemoryPlan streamed = Plan();
   streamed.lm_head_resident = false;
   streamed.embed_resident = false;

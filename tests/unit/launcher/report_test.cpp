@@ -133,7 +133,17 @@ TEST(Report, CachedTokensAndThePrefixCache) {
   EXPECT_EQ(r["prefix_cache_bytes"], 64ll << 20);
   const auto lines = SummaryLines(r, 1 << 30);
   EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
-    return l == "[launch] prefix cache 64.0 MiB: 2 prompt ids from a cached snapshot (not prefilled)";
+    return l == "[launch] 2 prompt ids from a prefix snapshot (not prefilled); prefix cache 64.0 MiB, prefix store off";
+  }));
+  // With a prefix store (and no cache) the line is there too, naming the directory.
+  EXPECT_TRUE(r["prefix_store"].is_null());
+  rec.prefix_store = "/var/k3-store";
+  r = BuildReport(rec, Plan(), ArenaSizes{});
+  EXPECT_EQ(r["prefix_store"], "/var/k3-store");
+  const auto with_store = SummaryLines(r, 1 << 30);
+  EXPECT_TRUE(std::any_of(with_store.begin(), with_store.end(), [](const std::string& l) {
+    return l.rfind("[launch] 2 prompt ids from a prefix snapshot", 0) == 0 &&
+           l.find("prefix store /var/k3-store") != std::string::npos;
   }));
 }
 
