@@ -43,6 +43,8 @@ class OneShot {
   const std::optional<ipc::compute::StopReason>& finish_reason() const { return finish_reason_; }
   Clock::time_point generate_time() const { return t_generate_; }
   double decode_seconds() const;            // first Token -> last Token
+  // Generate sent -> the first Token's arrival here (nullopt: no Token came).
+  std::optional<double> first_token_seconds() const;
   std::vector<double> token_seconds() const;  // between consecutive Tokens
 
  private:

@@ -139,7 +139,7 @@ class ChatTmux(unittest.TestCase):
     def test_1_two_turns_save_load(self):
         out = os.path.join(self.tmp, "a.json")
         state = os.path.join(self.tmp, "chat.k3state")
-        t = self.term("a", [CONFIG, "--chat", "--gen", "300", "--out", out])
+        t = self.term("a", [CONFIG, "--chat", "--out", out])
         t.wait_prompt(1)
         u1, u2 = "Tell me a fortune.", "Another one, please."
         t.type(u1)
@@ -178,7 +178,7 @@ class ChatTmux(unittest.TestCase):
         # A new session continues from the saved turn exactly as the first one did: the one turn
         # and the tokens /save wrote come back, and the same second turn gives the same reply on
         # the same reused state.
-        t2 = self.term("b", [CONFIG, "--chat", "--gen", "300", "--out", os.path.join(self.tmp, "b.json")])
+        t2 = self.term("b", [CONFIG, "--chat", "--out", os.path.join(self.tmp, "b.json")])
         t2.wait_prompt(1)
         t2.type("/load " + state)
         loaded = t2.wait(lambda s: "(loaded " in s or "/load " + state + ":" in s.replace("[chat] ", ""),
@@ -201,7 +201,7 @@ class ChatTmux(unittest.TestCase):
             shutil.copy(os.path.join(DEMO, n), os.path.join(model, n))
         cfg = os.path.join(self.tmp, "random.toml")
         with open(cfg, "w") as f:
-            f.write(f'model = "{model}"\ntokenizer = "{model}"\nbudget = "2G"\ngen = 100000\ncontext = 60000\n')
+            f.write(f'model = "{model}"\ntokenizer = "{model}"\nbudget = "2G"\ncontext = 60000\n')
         out = os.path.join(self.tmp, "c.json")
         t = self.term("c", [cfg, "--chat", "--no-think", "--out", out])
         t.wait_prompt(1)
