@@ -119,8 +119,9 @@ TEST(ChatOptions, TomlKeysAndRules) {
   LaunchOptions o;
   o.budget = "1G";
   o.model = "/m";
-  ApplyToml("chat = true\nsystem = \"Be brief.\"\nthinking_effort = \"low\"\n", "t.toml", "/", o);
+  ApplyToml("chat = true\nsystem = \"Be brief.\"\nthinking_effort = \"low\"\nreply_limit = 7\n", "t.toml", "/", o);
   EXPECT_TRUE(o.chat);
+  EXPECT_EQ(o.reply_limit, 7);
   EXPECT_EQ(o.system, "Be brief.");
   EXPECT_EQ(o.thinking_effort, "low");
   EXPECT_EQ(ErrorCode([&] { CheckOptions(o); }), 0);
@@ -132,6 +133,9 @@ TEST(ChatOptions, TomlKeysAndRules) {
   EXPECT_EQ(ErrorCode([&] { CheckOptions(bad); }), kExitUsage);
   bad = o;
   bad.chat = false;  // chat options without --chat
+  EXPECT_EQ(ErrorCode([&] { CheckOptions(bad); }), kExitUsage);
+  bad = o;
+  bad.reply_limit = -1;
   EXPECT_EQ(ErrorCode([&] { CheckOptions(bad); }), kExitUsage);
   bad = o;
   bad.prompt = "hi";  // the chat takes its prompts from the terminal
