@@ -81,8 +81,8 @@ int Runner::Run() {
         last_sample = Clock::now();
       }
     }
-    // From the Generate's send, as first_token_seconds: the first token never comes after it.
-    run_seconds_ = std::chrono::duration<double>(Clock::now() - one_shot_.generate_time()).count();
+    // From the Generate's send, as first_token_seconds (so that one is at most this one).
+    if (one_shot_.sent()) run_seconds_ = std::chrono::duration<double>(Clock::now() - one_shot_.generate_time()).count();
     if (one_shot_.done()) {
       // Compute sends its Stats right before Done; give the message a moment to arrive.
       Pump(Clock::now() + std::chrono::milliseconds(50));

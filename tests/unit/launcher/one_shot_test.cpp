@@ -36,7 +36,9 @@ TEST(OneShot, TheGenerateCarriesTheRunsOptions) {
 TEST(OneShot, OnlyTheNextTokenOfTheGenerateCounts) {
   OneShot s(/*keep_logprobs=*/true);
   const auto t0 = OneShot::Clock::now();
+  EXPECT_FALSE(s.sent());
   s.Sent(3, t0);
+  EXPECT_TRUE(s.sent());
   EXPECT_FALSE(s.first_token_seconds());  // none yet
   EXPECT_TRUE(s.OnToken(ipc::ATokenMessage(1, 40, 0), t0 + std::chrono::milliseconds(10)));
   EXPECT_FALSE(s.OnToken(ipc::ATokenMessage(1, 41, 0), t0));  // a repeat
