@@ -5,7 +5,7 @@ namespace k3 {
 const std::vector<ControlIdQuery>& ControlIdQueries() {
   static const std::vector<ControlIdQuery> q = {{"<|open|>", true}, {"<|close|>", true}, {"<|sep|>", true},
                                                 {"<|end_of_msg|>", true}, {"[EOS]", true}, {"think", false},
-                                                {"response", false}};
+                                                {"response", false}, {"message", false}};
   return q;
 }
 
@@ -27,6 +27,7 @@ std::variant<ChatControlIds, ControlIdProblem> ControlIdsFrom(const std::map<std
     if (*out < 0 || *out >= vocab) return ControlIdProblem{t, true, *out};
   c.think = ids("think");
   c.response = ids("response");
+  c.message = ids("message");
   return c;
 }
 

@@ -13,7 +13,7 @@ namespace k3 {
 // The ids of the template's control tokens and tag names, asked from the tokenizer service.
 struct ChatControlIds {
   int32_t open = -1, close = -1, sep = -1, eom = -1, eos = -1;
-  std::vector<int32_t> think, response;  // the ids of the tag names "think" and "response"
+  std::vector<int32_t> think, response, message;  // the ids of the tag names "think", "response", "message"
 };
 
 // Splits generated ids into the reasoning and response channels as they arrive:

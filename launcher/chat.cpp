@@ -88,9 +88,7 @@ class Session {
   std::string effort_;
   ChatControlIds ids_;
   std::vector<ChatMessage> history_;
-  std::vector<int32_t> last_render_;  // the last turn's rendering (compute's state starts with it)
-  int64_t kept_ = 0;                  // ids in compute's state (consumed or pending)
-  bool state_valid_ = false;          // the kept state ends with a whole reply: the next turn appends
+  KeptConversation kept_;             // what compute's state holds of the conversation
   std::string inbuf_;                 // stdin bytes after the last line returned
   bool eof_ = false;
   ChannelSplitter::Channel shown_ = ChannelSplitter::Channel::kNone;  // channel printed last
@@ -156,9 +154,7 @@ void Session::LookUpControlIds() {
 void Session::ResetConversation() {
   history_.clear();
   if (!opt_.system.empty()) history_.push_back({"system", opt_.system, std::nullopt});
-  kept_ = 0;
-  state_valid_ = false;
-  last_render_.clear();
+  kept_ = {};
 }
 
 Session::Input Session::ReadLine(std::string* line) {
@@ -213,6 +209,7 @@ void Session::Show(ChannelSplitter::Channel ch, const std::string& text) {
 }
 
 void Session::Turn(const std::string& text) {
+  const auto entered = Clock::now();  // a turn's times start here: what the user waits
   history_.push_back({"user", text, std::nullopt});
   auto rendered_msg = CallTokenizer([&](uint64_t id) {
     return ipc::Encode(tk::RenderChat{id, HistoryJsonl(history_), thinking_, effort_});
@@ -224,7 +221,7 @@ void Session::Turn(const std::string& text) {
     return;
   }
   const std::vector<int32_t> rendered = std::get<tk::EncodedIds>(*rendered_msg).ids;
-  const TurnPlan plan = PlanTurn(rendered, last_render_, state_valid_, kept_, ids_.eom, opt_.context);
+  const TurnPlan plan = PlanTurn(rendered, kept_, ids_.eom, opt_.context);
   const std::vector<int32_t>& send = plan.send;
   const int64_t reused = plan.reused;
   if (plan.room < 1) {
@@ -234,12 +231,13 @@ void Session::Turn(const std::string& text) {
     return;
   }
   const cp::Generate g = TurnGenerate(opt_, plan, ids_, next_request_++);
-  const auto t0 = Clock::now();
   host_.ComputeInbox().clear();
   host_.SendCompute(ipc::Encode(g));
 
   ChannelSplitter split(ids_, thinking_);
   std::vector<int32_t> generated;
+  std::optional<Clock::time_point> first_token;  // its arrival here
+  Clock::time_point done_at;
   std::deque<Pending> pending;
   std::string bytes[3], shown_bytes[3];  // per channel: decoded, printed
   std::optional<cp::Done> done;
@@ -279,6 +277,7 @@ void Session::Turn(const std::string& text) {
       inbox.pop_front();
       if (const auto* t = std::get_if<cp::Token>(&m)) {
         if (t->request_id != g.request_id || t->index != static_cast<int32_t>(generated.size())) continue;
+        if (generated.empty()) first_token = Clock::now();
         generated.push_back(t->id);
         const auto ch = split.Push(t->id);
         if (ch == ChannelSplitter::Channel::kNone) continue;
@@ -289,7 +288,10 @@ void Session::Turn(const std::string& text) {
             ipc::TokenizerRequests::Resend::kNever);
         pending.push_back({id, ch});
       } else if (const auto* d = std::get_if<cp::Done>(&m)) {
-        if (d->request_id == g.request_id) done = *d;
+        if (d->request_id == g.request_id) {
+          done = *d;
+          done_at = Clock::now();
+        }
       }
     }
     flush(false);
@@ -310,16 +312,14 @@ void Session::Turn(const std::string& text) {
   t.reasoning = thinking_ ? bytes[1] : "";
   t.response = bytes[2];
   t.finish_reason = FinishName(done->reason);
-  t.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  t.seconds = std::chrono::duration<double>(done_at - entered).count();
+  if (first_token) t.first_token_seconds = std::chrono::duration<double>(*first_token - entered).count();
   turns_.push_back(t);
   history_.push_back({"assistant", t.response, thinking_ ? std::optional<std::string>(t.reasoning) : std::nullopt});
-  kept_ = KeptAfterTurn(done->stats.position, reused, t.prompt_tokens, t.generated_tokens);
-  // A reply that ended by its end id leaves a state the next turn can extend; one cut short
-  // (Ctrl-C, length) is re-rendered whole, closed by the template, at the next turn.
-  state_valid_ = split.ended();
-  last_render_ = rendered;
-  if (done->reason == cp::StopReason::kCancelled) host_.Note("[chat] reply stopped");
-  else if (!split.ended()) host_.Note("[chat] the reply reached the token limit (--gen " + std::to_string(opt_.gen) + ")");
+  // The next turn extends the state by the ids fed (a reply cut short closed by the template's
+  // ids), whatever the reply's text would tokenize to again.
+  kept_ = AfterTurn(plan, rendered, generated, done->stats.position, ids_, thinking_);
+  host_.Note(TurnSummary(t, opt_.reply_limit));
 }
 
 std::optional<cp::StateDone> Session::StateCall(cp::StateAction action, const std::string& path, const std::string& extra) {
@@ -358,8 +358,9 @@ void Session::Command(const std::string& line) {
     host_.Out("(conversation cleared)\n");
   } else if (cmd == "/save") {
     if (arg.empty()) return host_.Note("[chat] /save needs a path");
-    if (kept_ == 0) return host_.Note("[chat] nothing to save yet");
-    auto d = StateCall(cp::StateAction::kSave, arg, SavedChatExtra({history_, thinking_, effort_, last_render_, state_valid_}));
+    if (kept_.ids == 0) return host_.Note("[chat] nothing to save yet");
+    const SavedChat saved{history_, thinking_, effort_, kept_.last_render, kept_.valid, kept_.closing};
+    auto d = StateCall(cp::StateAction::kSave, arg, SavedChatExtra(saved));
     if (!d) return;
     if (!d->ok) return host_.Note("[chat] /save " + arg + ": " + d->error);
     host_.Out("(saved " + std::to_string(d->position) + " tokens to " + arg + ")\n");
@@ -376,9 +377,7 @@ void Session::Command(const std::string& line) {
       history_ = std::move(saved.history);
       thinking_ = saved.thinking;
       effort_ = saved.effort;
-      last_render_ = std::move(saved.last_render);
-      state_valid_ = saved.state_valid;
-      kept_ = d->position;
+      kept_ = {std::move(saved.last_render), std::move(saved.closing), d->position, saved.state_valid};
     } catch (const std::exception& e) {
       StateCall(cp::StateAction::kReset, "", "");  // compute holds a state without its history
       ResetConversation();
@@ -386,7 +385,7 @@ void Session::Command(const std::string& line) {
     }
     size_t turns = 0;
     for (const ChatMessage& m : history_) turns += m.role == "assistant";
-    host_.Out("(loaded " + std::to_string(turns) + " turns, " + std::to_string(kept_) + " tokens from " + arg + ")\n");
+    host_.Out("(loaded " + std::to_string(turns) + " turns, " + std::to_string(kept_.ids) + " tokens from " + arg + ")\n");
   } else {
     host_.Note("[chat] unknown command " + cmd + " (/help lists them)");
   }
@@ -430,7 +429,8 @@ nlohmann::json ChatReport(const ChatResult& r) {
   for (const ChatTurn& t : r.turns)
     turns.push_back({{"prompt_tokens", t.prompt_tokens}, {"reused_tokens", t.reused_tokens},
                      {"generated_tokens", t.generated_tokens}, {"reasoning", text(t.reasoning)}, {"response", text(t.response)},
-                     {"finish_reason", t.finish_reason}, {"seconds", t.seconds}});
+                     {"finish_reason", t.finish_reason}, {"seconds", t.seconds},
+                     {"first_token_seconds", t.first_token_seconds ? nlohmann::json(*t.first_token_seconds) : nlohmann::json()}});
   return {{"mode", "chat"}, {"end", EndName(r.end)}, {"turns", std::move(turns)}};
 }
 

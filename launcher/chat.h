@@ -1,7 +1,8 @@
 // k3-launch --chat: a terminal REPL over the running pipeline (docs/chat.md). The services
 // stay up for the session; each turn renders the conversation through the tokenizer service
 // (RenderChat, K3's XTML template), sends compute only the ids after what its kept state
-// already holds (Generate.keep_state), and streams the reply, reasoning apart from the answer.
+// already holds (Generate.keep_state; after a reply cut short, first the ids that close it),
+// and streams the reply, reasoning apart from the answer.
 // Commands: /reset, /save PATH, /load PATH, /quit (and /help). Ctrl-C during a reply sends
 // Cancel{request_id}; at the prompt it ends the session like /quit, as does end of input.
 #pragma once
@@ -31,16 +32,6 @@ using k3::ChatControlIds;
 using k3::ChatMessage;
 using k3::CompleteUtf8Prefix;
 using k3::HistoryJsonl;
-
-// One turn as --out reports it (docs/formats.md, "Chat report").
-struct ChatTurn {
-  int64_t prompt_tokens = 0;     // ids sent to compute for this turn (only the new ones)
-  int64_t reused_tokens = 0;     // ids not prefilled: in compute's kept state or a prefix snapshot
-  int64_t generated_tokens = 0;
-  std::string reasoning, response;
-  std::string finish_reason;     // "stop", "length", "cancelled", "interrupted"
-  double seconds = 0;            // Generate sent -> Done
-};
 
 // What the REPL needs from the running pipeline (run.cpp's Runner).
 class ChatHost {

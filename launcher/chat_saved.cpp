@@ -8,13 +8,15 @@ namespace k3::launch {
 std::string SavedChatExtra(const SavedChat& s) {
   const nlohmann::json extra = {{"k3_chat", kChatStateVersion},  {"history", HistoryJsonl(s.history)},
                                 {"thinking", s.thinking},         {"thinking_effort", s.effort},
-                                {"last_render", s.last_render},   {"state_valid", s.state_valid}};
+                                {"last_render", s.last_render},   {"state_valid", s.state_valid},
+                                {"closing", s.closing}};
   return extra.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 SavedChat ParseSavedChat(const std::string& extra) {
   const nlohmann::json x = nlohmann::json::parse(extra);
-  if (x.value("k3_chat", 0) != kChatStateVersion) throw std::runtime_error("no chat history in it");
+  const int version = x.value("k3_chat", 0);
+  if (version != 1 && version != kChatStateVersion) throw std::runtime_error("no chat history in it");
   SavedChat s;
   const std::string jsonl = x.at("history").get<std::string>();
   for (size_t p = 0; p < jsonl.size();) {
@@ -30,6 +32,7 @@ SavedChat ParseSavedChat(const std::string& extra) {
   s.effort = x.at("thinking_effort").get<std::string>();
   s.last_render = x.at("last_render").get<std::vector<int32_t>>();
   s.state_valid = x.at("state_valid").get<bool>();
+  if (version >= 2) s.closing = x.at("closing").get<std::vector<int32_t>>();
   return s;
 }
 

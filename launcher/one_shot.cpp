@@ -51,6 +51,11 @@ double OneShot::decode_seconds() const {
   return std::chrono::duration<double>(arrivals_.back() - arrivals_.front()).count();
 }
 
+std::optional<double> OneShot::first_token_seconds() const {
+  if (arrivals_.empty()) return std::nullopt;
+  return std::chrono::duration<double>(arrivals_.front() - t_generate_).count();
+}
+
 std::vector<double> OneShot::token_seconds() const {
   std::vector<double> out;
   for (size_t i = 1; i < arrivals_.size(); ++i)

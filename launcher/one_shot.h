@@ -31,7 +31,9 @@ class OneShot {
   void Sent(size_t prompt_ids, Clock::time_point now) {
     prompt_sent_ = prompt_ids;
     t_generate_ = now;
+    sent_ = true;
   }
+  bool sent() const { return sent_; }
   // True when `t` is the next Token of the Generate (any other is ignored).
   bool OnToken(const ipc::compute::Token& t, Clock::time_point now);
   // The Generate's Done: the LostTokensWarning ("" when the counts agree); nullopt for another request.
@@ -43,11 +45,14 @@ class OneShot {
   const std::optional<ipc::compute::StopReason>& finish_reason() const { return finish_reason_; }
   Clock::time_point generate_time() const { return t_generate_; }
   double decode_seconds() const;            // first Token -> last Token
+  // Generate sent -> the first Token's arrival here (nullopt: no Token came).
+  std::optional<double> first_token_seconds() const;
   std::vector<double> token_seconds() const;  // between consecutive Tokens
 
  private:
   const bool keep_logprobs_;
   size_t prompt_sent_ = 0;
+  bool sent_ = false;
   Clock::time_point t_generate_ = Clock::now();
   std::vector<int32_t> generated_;
   std::vector<ipc::compute::Token> tokens_;

@@ -279,6 +279,7 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.budget.empty()) throw UsageError("--budget is required (in the TOML or on the command line)");
   if (opt.model.empty()) throw UsageError("no model: set 'model' in the TOML or pass --model");
   if (opt.gen < 0) throw UsageError("--gen must be >= 0");
+  if (opt.reply_limit < 0) throw UsageError("--reply-limit must be >= 0");
   if (const std::string bad = limits::ThreadsProblem(opt.threads, true); !bad.empty()) throw UsageError(bad);
   if (opt.context < 1) throw UsageError("--context must be >= 1");
   for (const std::string& s : opt.stop)

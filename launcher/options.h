@@ -71,6 +71,7 @@ struct LaunchOptions {
   // Chat (--chat, launcher/chat.h, docs/chat.md): a terminal REPL instead of one prompt.
   bool chat = false;
   std::string system;                   // --system: the conversation's system message
+  int64_t reply_limit = 0;              // --reply-limit: most ids of one chat reply (0: its end id or the context)
   std::string thinking_effort = "max";  // --thinking-effort: low, high or max
   bool no_think = false;                // --no-think: no thinking channel
   bool thinking_effort_given = false;   // set by the TOML or the flag (refused with no_think)

@@ -105,6 +105,8 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
   r["token_seconds"] = rec.token_seconds;
   if (!rec.token_seconds.empty()) r["median_token_seconds"] = Median(rec.token_seconds);
   r["run_seconds"] = rec.run_seconds;
+  // What a user waits for the first id: the prompt's prefill plus one step (null: none came).
+  r["first_token_seconds"] = rec.first_token_seconds ? nlohmann::json(*rec.first_token_seconds) : nlohmann::json();
   r["trunk_bytes_read"] = trunk_bytes;
   r["expert_bytes_read"] = expert_bytes;
   r["trunk_bytes_per_token"] = trunk_bytes >= 0 ? trunk_bytes / gen_n : -1.0;
@@ -164,8 +166,11 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
   auto d = [&](const char* k) { return r.contains(k) ? r[k].get<double>() : 0.0; };
   std::vector<std::string> out;
   const std::string finish = r.contains("finish_reason") ? " (ended: " + r["finish_reason"].get<std::string>() + ")" : "";
-  out.push_back(Fmt("[launch] %zu tokens%s, %.4f s/token, prefill %.3f s%s", r["generated_ids"].size(),
-                    finish.c_str(), d("seconds_per_token"), d("prefill_seconds"),
+  const std::string first = r.contains("first_token_seconds") && r["first_token_seconds"].is_number()
+                                ? Fmt(", first token %.3f s", d("first_token_seconds"))
+                                : "";
+  out.push_back(Fmt("[launch] %zu tokens%s%s, %.4f s/token, prefill %.3f s%s", r["generated_ids"].size(),
+                    finish.c_str(), first.c_str(), d("seconds_per_token"), d("prefill_seconds"),
                     r.value("interrupted", false) ? " (interrupted)" : ""));
   if (r.contains("perplexity") && r["perplexity"].is_number())
     out.push_back(Fmt("[launch] prompt perplexity %.4f (%.4f nats/token over %d tokens)", d("perplexity"),

@@ -24,6 +24,7 @@ struct RunRecord {
   std::optional<ipc::compute::RunStats> done;         // compute's Done, when it came
   std::optional<ipc::compute::StopReason> finish_reason;  // Done.reason: why compute ended
   double run_seconds = 0;                             // Generate sent -> Done (or the stop)
+  std::optional<double> first_token_seconds;          // Generate sent -> the first Token here
   std::map<std::string, std::map<std::string, double>> service_stats;  // latest Stats per service
   std::map<std::string, ProcMemory> peak;             // per process, incl. "launcher"
   std::map<std::string, int> restarts;

@@ -73,7 +73,6 @@ int Runner::Run() {
       }
       if (!ids.empty() && !Failed() && !StopRequested()) SendGenerate(ids);
     }
-    const auto t1 = Clock::now();
     auto last_sample = Clock::now();
     while (!one_shot_.done() && !Failed() && !StopRequested()) {
       Pump(Clock::now() + std::chrono::milliseconds(200));
@@ -82,7 +81,8 @@ int Runner::Run() {
         last_sample = Clock::now();
       }
     }
-    run_seconds_ = std::chrono::duration<double>(Clock::now() - t1).count();
+    // From the Generate's send, as first_token_seconds (so that one is at most this one).
+    if (one_shot_.sent()) run_seconds_ = std::chrono::duration<double>(Clock::now() - one_shot_.generate_time()).count();
     if (one_shot_.done()) {
       // Compute sends its Stats right before Done; give the message a moment to arrive.
       Pump(Clock::now() + std::chrono::milliseconds(50));

@@ -48,6 +48,7 @@ RunRecord Runner::Record(const std::vector<int32_t>& ids, bool interrupted, cons
   r.done = one_shot_.done();
   r.finish_reason = one_shot_.finish_reason();
   r.run_seconds = run_seconds_;
+  r.first_token_seconds = one_shot_.first_token_seconds();
   r.service_stats = stats_;
   r.peak = peaks_.peaks();
   for (const Service& s : sup_.services()) r.restarts[s.name] = s.restarts;

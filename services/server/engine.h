@@ -17,6 +17,7 @@
 #include <zmq.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -75,6 +76,7 @@ class Engine {
     std::string raw[3];           // bytes per ChannelSplitter::Channel
     size_t shown[3] = {0, 0, 0};  // of them, handed out
     bool queued = false, dispatched = false, cancel_sent = false, stop_matched = false;
+    std::chrono::steady_clock::time_point dispatched_at;  // the Generate sent: first-token time starts
     std::optional<ipc::compute::Done> done;
     int64_t reasoning_tokens = 0;
     explicit Active(std::shared_ptr<Job> j) : job(std::move(j)), stop(job->spec.stop) {}

@@ -57,6 +57,13 @@ void Metrics::OnStep(const ipc::compute::Step& s) {
   last_step_seconds_ = s.seconds;
 }
 
+void Metrics::FirstToken(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++first_tokens_;
+  first_token_seconds_ += seconds;
+  last_first_token_seconds_ = seconds;
+}
+
 void Metrics::OnServiceStats(const std::string& service, const std::vector<ipc::control::Stat>& stats) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const ipc::control::Stat& st : stats) service_[service][st.name] = st.value;
@@ -82,6 +89,12 @@ std::string Metrics::Prometheus() const {
          static_cast<double>(cached_));
   Metric(out, "k3_generated_tokens_total", "counter", "Tokens generated for finished requests.",
          static_cast<double>(generated_));
+  Metric(out, "k3_first_token_seconds_sum", "counter",
+         "Seconds from a request's Generate sent to compute to its first generated id, summed.", first_token_seconds_);
+  Metric(out, "k3_first_token_seconds_count", "counter", "Requests whose first generated id arrived.",
+         static_cast<double>(first_tokens_));
+  Metric(out, "k3_first_token_seconds", "gauge", "First-token time of the last request that had one.",
+         last_first_token_seconds_);
   Metric(out, "k3_queue_depth", "gauge", "Requests waiting for a place in compute's batch.", static_cast<double>(queued_));
   Metric(out, "k3_running_requests", "gauge", "Requests compute is running.", static_cast<double>(running_));
   Metric(out, "k3_steps_total", "counter", "Forward passes compute reported (Step).", steps);

@@ -24,6 +24,8 @@ class Metrics {
   void Tokens(int64_t prompt, int64_t generated, int64_t cached);
   void Load(int64_t queued, int64_t running);
   void OnStep(const ipc::compute::Step& s);
+  // A request's first generated id arrived `seconds` after its Generate was sent to compute.
+  void FirstToken(double seconds);
   void OnServiceStats(const std::string& service, const std::vector<ipc::control::Stat>& stats);
   std::string Prometheus() const;
 
@@ -35,6 +37,8 @@ class Metrics {
   int64_t step_sequences_ = 0, last_sequences_ = 0, step_rows_ = 0, step_prefill_rows_ = 0, step_experts_ = 0;
   int64_t step_trunk_bytes_ = 0, step_expert_bytes_ = 0, last_step_bytes_ = 0;
   double step_seconds_ = 0, last_step_seconds_ = 0;
+  uint64_t first_tokens_ = 0;
+  double first_token_seconds_ = 0, last_first_token_seconds_ = 0;
   std::map<std::string, std::map<std::string, double>> service_;  // relayed Stats: service -> name -> value
 };
 

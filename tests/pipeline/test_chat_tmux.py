@@ -9,8 +9,9 @@
 - /save after turn 1, then /load in a new session: the same second turn gives the same reply
   with the same reuse, and Ctrl-D ends that session (exit 0);
 - Ctrl-C during a reply (a random-weight model with the demo vocabulary, whose replies do not
-  end) stops it: finish_reason "cancelled", the prompt comes back; Ctrl-C at the prompt then
-  ends the session, exit 0.
+  end) stops it: finish_reason "cancelled", the prompt comes back; the next turn reuses all of
+  it (the stopped reply is closed on the kept state); Ctrl-C at the prompt then ends the
+  session, exit 0.
 Needs tmux (scripts/install-deps.sh --tests); exits 77 (skipped) without it.
 """
 import json
@@ -97,13 +98,14 @@ def shlex_quote(s):
     return shlex.quote(s)
 
 
-def render(history):
-    """k3-tokenizer's rendering (thinking on, effort max) of a history, with the generation prompt."""
+def render(history, thinking=True):
+    """k3-tokenizer's rendering (effort max) of a history, with the generation prompt."""
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for m in history:
             f.write(json.dumps(m) + "\n")
     try:
-        p = subprocess.run([os.path.join(BIN, "k3-tokenizer"), "chat", "--vocab", DEMO, "--history", f.name],
+        p = subprocess.run([os.path.join(BIN, "k3-tokenizer"), "chat", "--vocab", DEMO, "--history", f.name] +
+                           ([] if thinking else ["--no-think"]),
                            capture_output=True, text=True, check=True)
     finally:
         os.unlink(f.name)
@@ -139,7 +141,7 @@ class ChatTmux(unittest.TestCase):
     def test_1_two_turns_save_load(self):
         out = os.path.join(self.tmp, "a.json")
         state = os.path.join(self.tmp, "chat.k3state")
-        t = self.term("a", [CONFIG, "--chat", "--gen", "300", "--out", out])
+        t = self.term("a", [CONFIG, "--chat", "--out", out])
         t.wait_prompt(1)
         u1, u2 = "Tell me a fortune.", "Another one, please."
         t.type(u1)
@@ -178,7 +180,7 @@ class ChatTmux(unittest.TestCase):
         # A new session continues from the saved turn exactly as the first one did: the one turn
         # and the tokens /save wrote come back, and the same second turn gives the same reply on
         # the same reused state.
-        t2 = self.term("b", [CONFIG, "--chat", "--gen", "300", "--out", os.path.join(self.tmp, "b.json")])
+        t2 = self.term("b", [CONFIG, "--chat", "--out", os.path.join(self.tmp, "b.json")])
         t2.wait_prompt(1)
         t2.type("/load " + state)
         loaded = t2.wait(lambda s: "(loaded " in s or "/load " + state + ":" in s.replace("[chat] ", ""),
@@ -201,7 +203,7 @@ class ChatTmux(unittest.TestCase):
             shutil.copy(os.path.join(DEMO, n), os.path.join(model, n))
         cfg = os.path.join(self.tmp, "random.toml")
         with open(cfg, "w") as f:
-            f.write(f'model = "{model}"\ntokenizer = "{model}"\nbudget = "2G"\ngen = 100000\ncontext = 60000\n')
+            f.write(f'model = "{model}"\ntokenizer = "{model}"\nbudget = "2G"\ncontext = 60000\n')
         out = os.path.join(self.tmp, "c.json")
         t = self.term("c", [cfg, "--chat", "--no-think", "--out", out])
         t.wait_prompt(1)
@@ -214,12 +216,33 @@ class ChatTmux(unittest.TestCase):
         before = t.wait(streaming, "the reply streaming")
         t.keys("C-c")
         t.wait_prompt(2, timeout=30)
+        # The next turn continues the stopped reply: it is closed on the kept state, not sent again.
+        t.type("Again.")
+        t.wait(lambda s: len(s.split("> Again.", 1)[-1].strip()) > 20, "the second reply streaming")
+        t.keys("C-c")
+        t.wait_prompt(3, timeout=30)
         time.sleep(1.0)
         t.keys("C-c")  # at the prompt: ends the session
-        (turn,) = self.ended(t, "c", "interrupt")["turns"]
-        self.assertEqual(turn["finish_reason"], "cancelled", turn)
-        self.assertGreater(turn["generated_tokens"], 0)
+        turn, again = self.ended(t, "c", "interrupt")["turns"]
+        for x in (turn, again):
+            self.assertEqual(x["finish_reason"], "cancelled", x)
+            self.assertGreater(x["generated_tokens"], 0)
+            self.assertGreater(x["first_token_seconds"], 0)
         self.assertLess(turn["generated_tokens"], 60000 - turn["prompt_tokens"] - 1)
+        # (This model's greedy reply has no <|open|>, <|close|> or <|sep|> in its first 400 ids,
+        # so a reply stopped that early can be closed.)
+        self.assertLess(turn["generated_tokens"], 400)
+        self.assertEqual(again["reused_tokens"], turn["prompt_tokens"] + turn["generated_tokens"])
+        # Sent: the ids that close the answer (the rendering's after the answer's text, which
+        # holds no added ids) and the new turn.
+        h1 = [{"role": "user", "content": "Hello!"}]
+        r1 = render(h1, thinking=False)
+        r2 = render(h1 + [{"role": "assistant", "content": turn["response"]}, {"role": "user", "content": "Again."}],
+                    thinking=False)
+        self.assertEqual(turn["prompt_tokens"], len(r1))
+        closing_at = next(i for i in range(len(r1), len(r2)) if r2[i] >= 4096)
+        self.assertEqual(again["prompt_tokens"], len(r2) - closing_at)
+        self.assertIn("tokens (stopped by Ctrl-C)", t.screen())
         self.assertTrue(before)
 
 

@@ -330,8 +330,16 @@ class ServerTest(unittest.TestCase):
 
     def test_metrics(self):
         before = metrics(self.srv.base)
+        t0 = time.monotonic()
         r = self.complete(max_tokens=10, ignore_eos=True)
+        took = time.monotonic() - t0
         after = metrics(self.srv.base)
+        # First-token time: one more request had one, after its Generate and before its answer.
+        self.assertEqual(after["k3_first_token_seconds_count"] - before["k3_first_token_seconds_count"], 1)
+        first = after["k3_first_token_seconds_sum"] - before["k3_first_token_seconds_sum"]
+        self.assertGreater(first, 0)
+        self.assertLessEqual(first, took)
+        self.assertAlmostEqual(after["k3_first_token_seconds"], first, places=6)
         self.assertEqual(after['k3_requests_total{outcome="completed"}'] - before['k3_requests_total{outcome="completed"}'], 1)
         self.assertEqual(after["k3_generated_tokens_total"] - before["k3_generated_tokens_total"],
                          r["usage"]["completion_tokens"])

@@ -36,7 +36,10 @@ TEST(OneShot, TheGenerateCarriesTheRunsOptions) {
 TEST(OneShot, OnlyTheNextTokenOfTheGenerateCounts) {
   OneShot s(/*keep_logprobs=*/true);
   const auto t0 = OneShot::Clock::now();
+  EXPECT_FALSE(s.sent());
   s.Sent(3, t0);
+  EXPECT_TRUE(s.sent());
+  EXPECT_FALSE(s.first_token_seconds());  // none yet
   EXPECT_TRUE(s.OnToken(ipc::ATokenMessage(1, 40, 0), t0 + std::chrono::milliseconds(10)));
   EXPECT_FALSE(s.OnToken(ipc::ATokenMessage(1, 41, 0), t0));  // a repeat
   EXPECT_FALSE(s.OnToken(ipc::ATokenMessage(1, 41, 2), t0));  // a gap
@@ -47,6 +50,8 @@ TEST(OneShot, OnlyTheNextTokenOfTheGenerateCounts) {
   ASSERT_EQ(s.token_seconds().size(), 1u);
   EXPECT_NEAR(s.token_seconds()[0], 0.05, 1e-9);
   EXPECT_NEAR(s.decode_seconds(), 0.05, 1e-9);
+  ASSERT_TRUE(s.first_token_seconds());
+  EXPECT_NEAR(*s.first_token_seconds(), 0.01, 1e-9);  // the Generate sent -> the first Token here
 
   cp::Done other;
   other.request_id = 2;

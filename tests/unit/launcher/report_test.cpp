@@ -25,6 +25,7 @@ RunRecord Recorded() {
   r.done = s;
   r.finish_reason = ipc::compute::StopReason::kLength;
   r.run_seconds = 2.0;
+  r.first_token_seconds = 0.75;
   r.service_stats["trunk-reader"]["bytes_read"] = 4000;
   r.service_stats["expert-fetcher"]["bytes_read"] = 800;
   r.service_stats["expert-fetcher"]["hits"] = 3;
@@ -106,15 +107,30 @@ TEST(Report, MissingStatsAreMinusOneAndInterruptedRunsSaySo) {
 TEST(Report, SummaryLines) {
   nlohmann::json r = BuildReport(Recorded(), Plan(), ArenaSizes{});
   auto lines = SummaryLines(r, 1 << 30);
-  EXPECT_EQ(lines[0], "[launch] 4 tokens (ended: length), 0.2000 s/token, prefill 0.250 s");
+  EXPECT_EQ(lines[0], "[launch] 4 tokens (ended: length), first token 0.750 s, 0.2000 s/token, prefill 0.250 s");
   EXPECT_NE(lines[1].find("expert hit rate 0.750"), std::string::npos) << lines[1];
   EXPECT_NE(lines.back().find("of budget 1.00 GiB"), std::string::npos) << lines.back();
   for (const std::string& l : lines) EXPECT_EQ(l.find("hints"), std::string::npos) << l;
   RunRecord rec = Recorded();
   rec.prefetch_hints = true;
   lines = SummaryLines(BuildReport(rec, Plan(), ArenaSizes{}), 1 << 30);
+  EXPECT_EQ(r["first_token_seconds"], 0.75);
+  EXPECT_EQ(r["run_seconds"], 2.0);
   EXPECT_TRUE(std::any_of(lines.begin(), lines.end(),
                           [](const std::string& l) { return l.find("next-layer expert hints") != std::string::npos; }));
+}
+
+// No token came (a prompt cancelled before its first id): first_token_seconds is null and
+// the summary leaves it out.
+TEST(Report, NoFirstTokenTime) {
+  RunRecord rec = Recorded();
+  rec.generated_ids.clear();
+  rec.token_seconds.clear();
+  rec.first_token_seconds.reset();
+  const nlohmann::json r = BuildReport(rec, Plan(), ArenaSizes{});
+  ASSERT_TRUE(r.contains("first_token_seconds"));
+  EXPECT_TRUE(r["first_token_seconds"].is_null());
+  EXPECT_EQ(SummaryLines(r, 1 << 30)[0], "[launch] 0 tokens (ended: length), 0.2000 s/token, prefill 0.250 s");
 }
 
 // Prefix reuse: compute's cached_tokens and the plan's prefix-cache region; the summary says
@@ -170,14 +186,14 @@ TEST(Report, FinishReasonIsComputesDoneReason) {
   rec.finish_reason = ipc::compute::StopReason::kStopId;
   nlohmann::json r = BuildReport(rec, Plan(), ArenaSizes{});
   EXPECT_EQ(r["finish_reason"], "stop");
-  EXPECT_EQ(SummaryLines(r, 1 << 30)[0], "[launch] 4 tokens (ended: stop), 0.2000 s/token, prefill 0.250 s");
+  EXPECT_EQ(SummaryLines(r, 1 << 30)[0], "[launch] 4 tokens (ended: stop), first token 0.750 s, 0.2000 s/token, prefill 0.250 s");
   rec.finish_reason = ipc::compute::StopReason::kInterrupted;
   rec.interrupted = true;
   rec.stop_reason = "interrupted by SIGTERM";
   r = BuildReport(rec, Plan(), ArenaSizes{});
   EXPECT_EQ(r["finish_reason"], "interrupted");
   EXPECT_EQ(SummaryLines(r, 1 << 30)[0],
-            "[launch] 4 tokens (ended: interrupted), 0.2000 s/token, prefill 0.250 s (interrupted)");
+            "[launch] 4 tokens (ended: interrupted), first token 0.750 s, 0.2000 s/token, prefill 0.250 s (interrupted)");
 }
 
 TEST(Report, UnwritableFileIsAnOutputError) {
