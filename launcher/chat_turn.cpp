@@ -36,7 +36,7 @@ ipc::compute::Generate TurnGenerate(const LaunchOptions& opt, const TurnPlan& pl
   g.ids = plan.send;
   g.gen = static_cast<int32_t>(std::min<int64_t>(opt.gen, plan.room));
   g.full_recompute = opt.full_recompute;
-  g.prefill_chunk = static_cast<int32_t>(opt.prefill_chunk);
+  g.prefill_chunk = 0;  // compute's --prefill-chunk: the plan's chunk (command_lines.cpp)
   g.stop_ids = opt.stop_ids;
   for (int32_t id : {ids.eom, ids.eos})
     if (std::find(g.stop_ids.begin(), g.stop_ids.end(), id) == g.stop_ids.end()) g.stop_ids.push_back(id);

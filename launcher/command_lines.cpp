@@ -79,6 +79,7 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
   if (HintsOffReason(opt, m, p) == nullptr) c.push_back("--prefetch-hints");
   if (!opt.dump_logits.empty()) c.insert(c.end(), {"--dump-logits", opt.dump_logits});
   if (p.prefix_cache > 0) c.insert(c.end(), {"--prefix-cache", std::to_string(p.prefix_cache)});
+  c.insert(c.end(), {"--prefill-chunk", std::to_string(p.prefill_chunk)});  // the scratch the plan counted
   c.insert(c.end(), head_flags.begin(), head_flags.end());
   out.push_back({"compute", c, false});
 
@@ -90,8 +91,8 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
   return out;
 }
 
-ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m, const RunEndpoints& ep,
-                                 const std::vector<int32_t>& stop_ids, const std::vector<std::string>& wait_for) {
+ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,
+                                 const RunEndpoints& ep, const std::vector<int32_t>& stop_ids, const std::vector<std::string>& wait_for) {
   std::vector<int> id_list(stop_ids.begin(), stop_ids.end());
   const std::string ids = Join(id_list);
   std::string services;
@@ -114,7 +115,7 @@ ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m,
                                 "--vocab-size", std::to_string(m.cfg.vocab_size), "--context", std::to_string(opt.context),
                                 "--max-batch", std::to_string(opt.max_batch), "--queue-size", std::to_string(opt.queue_size),
                                 "--threads", std::to_string(threads), "--max-body-bytes", std::to_string(opt.max_body_bytes),
-                                "--prefill-chunk", std::to_string(opt.prefill_chunk), "--wait-for", services,
+                                "--prefill-chunk", std::to_string(p.prefill_chunk), "--wait-for", services,
                                 "--temperature", num(s.temperature), "--top-k", std::to_string(s.top_k),
                                 "--top-p", num(s.top_p), "--min-p", num(s.min_p), "--repeat-penalty", num(s.repeat_penalty),
                                 "--repeat-last-n", std::to_string(s.repeat_last_n),

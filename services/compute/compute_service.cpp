@@ -124,6 +124,7 @@ void ComputeService::Start() {
   SchedulerOptions so;
   so.max_batch = opt_.max_batch;
   so.prefix_cache_bytes = opt_.prefix_cache_bytes;
+  so.prefill_chunk = opt_.prefill_chunk;
   so.dump_logits = opt_.dump_logits;
   so.probe_membw = opt_.probe_membw;
   so.probe_regions = {{pinned_->data(), pinned_->size()}, {experts_arena_->data(), experts_arena_->size()}};

@@ -26,6 +26,7 @@ struct PipelineOptions {
   double slot_wait_seconds = 10;  // PipelineExpertSource's slot_wait (--expert-slot-wait)
   int max_batch = 1;  // --max-batch: new sequences decoded together (docs/pipeline.md "Batched steps")
   int64_t prefix_cache_bytes = 0;  // bound of the prefix-snapshot cache (--prefix-cache; 0 = off)
+  int64_t prefill_chunk = 64;      // --prefill-chunk: default and most prompt tokens per pass (k3-launch: its plan's)
 };
 
 // The process: stop signals, control link, service lifecycle; returns the exit code.

@@ -58,6 +58,7 @@ class SchedulerPort {
 struct SchedulerOptions {
   int max_batch = 1;               // --max-batch
   int64_t prefix_cache_bytes = 0;  // --prefix-cache (0 = off)
+  int64_t prefill_chunk = 64;      // --prefill-chunk: the most prompt rows of one pass (the plan's chunk)
   std::string dump_logits;         // --dump-logits: the logits choosing each request's first token
   bool probe_membw = false;        // --probe-membw: ProbeReadGBs(probe_regions) between steps
   std::vector<MemRegion> probe_regions;
