@@ -1,6 +1,8 @@
 #include "launcher/disk_probe.h"
 
 #include <algorithm>
+#include <exception>
+#include <memory>
 #include <chrono>
 #include <filesystem>
 #include <thread>

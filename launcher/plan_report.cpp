@@ -1,5 +1,6 @@
 #include "launcher/plan_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -45,8 +46,10 @@ std::string ChunkLine(const plan::PlanOptions& po, const plan::MemoryPlan& p) {
                                                                 : "; the whole context";
   else
     why = "; the cheapest generated + prompt token of those that fit (up to " + std::to_string(p.prefill_chunk_fits) + ")";
-  return "prefill chunk: " + std::to_string(p.prefill_chunk) + " tokens, scratch " + FormatBytes(p.scratch) + " (" +
-         FormatBytes(p.scratch_row) + " per token)" + why + "\n";
+  char row[32];
+  std::snprintf(row, sizeof row, "%.1f KiB", static_cast<double>(p.scratch_row) / 1024);
+  return "prefill chunk: " + std::to_string(p.prefill_chunk) + " tokens, scratch " + FormatBytes(p.scratch) + " (" + row +
+         " per token)" + why + "\n";
 }
 
 std::string PriceLines(const plan::MemoryPlan& p, const PlanPrice& price, const PriceQuery& q) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <exception>
+#include <utility>
 #include <string>
 
 #include "common/error.h"
