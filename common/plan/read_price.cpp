@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/read_window.h"
 
 namespace k3::plan {
 
@@ -17,7 +18,7 @@ ReadModel ReadModelOf(const PlanModel& model, const MemoryPlan& plan) {
   r.moe_layers = c.moe_layers();
   r.experts = c.num_experts;
   r.top_k = c.top_k;
-  r.expert_bytes = model.expert_bytes;
+  r.expert_bytes = WidenedBytes(model.expert_bytes);  // the fetcher reads each expert widened to 4096 bounds
   r.expert_slots = plan.expert_slots;
   for (int64_t l = 0; l < static_cast<int64_t>(model.trunk_bytes.size()); ++l)
     if (!std::binary_search(plan.pinned_layers.begin(), plan.pinned_layers.end(), static_cast<int>(l)))

@@ -19,7 +19,7 @@ struct ReadModel {
   int64_t moe_layers = 0;      // layers with routed experts
   int64_t experts = 0;         // routed experts per MoE layer (E)
   int64_t top_k = 0;           // experts per token (k)
-  int64_t expert_bytes = 0;    // one routed expert as stored
+  int64_t expert_bytes = 0;    // one routed expert as read (widened to 4096 bounds)
   int64_t expert_slots = 0;    // the expert cache
   int64_t streamed_trunk = 0;  // bytes of trunk read once per pass: unpinned layers, a streamed lm_head
 };

@@ -37,7 +37,7 @@ def release_sizes(model):
 def old_price(cfg, layers, pinned, lm_head_resident, slots, chunk):
     E, k = cfg["num_experts"], cfg["num_experts_per_token"]
     moe = cfg["num_hidden_layers"] - cfg["first_k_dense_replace"]
-    expert = 17547264
+    expert = 17547264 + 4096  # read widened to 4096 bounds (the run is 4096-aligned)
     lm_head = 163840 * 7168 * 2
     trunk = sum(b for i, b in enumerate(layers) if i not in pinned) + (0 if lm_head_resident else lm_head)
     miss = 1 - min(1.0, slots / (moe * E))

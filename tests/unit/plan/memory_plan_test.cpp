@@ -581,8 +581,9 @@ double PairPrice(const PlanModel& m, const MemoryPlan& p) {
   const double moe = static_cast<double>(m.cfg.num_layers - m.cfg.first_k_dense_replace);
   const double miss = 1.0 - std::min(1.0, static_cast<double>(p.expert_slots) / (moe * E));
   const double T = static_cast<double>(p.prefill_chunk);
-  const double gen = trunk + moe * k * miss * static_cast<double>(m.expert_bytes);
-  const double chunk = trunk + moe * E * (1.0 - std::pow(1.0 - k / E, T)) * miss * static_cast<double>(m.expert_bytes);
+  const double expert = static_cast<double>(Widened(m.expert_bytes));  // read widened to 4096 bounds
+  const double gen = trunk + moe * k * miss * expert;
+  const double chunk = trunk + moe * E * (1.0 - std::pow(1.0 - k / E, T)) * miss * expert;
   return gen + chunk / T;
 }
 
