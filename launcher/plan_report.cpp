@@ -38,7 +38,7 @@ std::string DecimalBytes(double bytes) {
 
 std::string ChunkLine(const plan::PlanOptions& po, const plan::MemoryPlan& p) {
   std::string why;
-  if (po.prefill_chunk > p.prefill_chunk_fits)  // the cap asked for more than fits
+  if (po.prefill_chunk > 0 && p.prefill_chunk_cap > p.prefill_chunk_fits)  // the cap asked for more than fits
     why = "; prefill_chunk " + std::to_string(po.prefill_chunk) + " capped: " + std::to_string(p.prefill_chunk_fits) +
           " is the most that fits the budget";
   else if (p.prefill_chunk == p.prefill_chunk_cap)
