@@ -8,6 +8,8 @@
 // top_k expert slots); then
 // whole trunk layers (and lm_head) pinned largest-first; then every remaining byte as expert
 // slots; the embedding table is made resident only when every expert already has a slot. A budget below the floor is k3::Error(kExitBudget).
+// The prefill chunk (the scratch's rows) is chosen too: of the chunks whose plan fits, the one
+// at which a generated token plus a prompt token read the fewest bytes (read_price.h).
 // With --serve, k3-server's threads, connections and held requests are fixed costs like
 // compute's state (server_memory.h).
 #pragma once
@@ -47,7 +49,7 @@ constexpr int64_t kTokenizerTablesBytes = 48ll << 20;
 struct PlanOptions {
   int64_t context = 4096;                       // tokens the MLA cache must hold
   // Cap on the prompt tokens per prefill chunk; 0: none but the context. The plan chooses the
-  // chunk (ChoosePrefillChunk: the cheapest prompt + generated token that fits), at most this.
+  // chunk (MakePlan: the cheapest generated + prompt token that fits), at most this.
   int64_t prefill_chunk = 0;
   bool prompt_logits = false;                   // --perplexity: every prompt row's logits are kept (scratch)
   int ring_slots = 0;                           // trunk ring depth (0: TrunkRingSlots; else >= 2)
