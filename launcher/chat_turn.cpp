@@ -81,7 +81,7 @@ ipc::compute::Generate TurnGenerate(const LaunchOptions& opt, const TurnPlan& pl
   const int64_t most = opt.reply_limit > 0 ? std::min(opt.reply_limit, plan.room) : plan.room;
   g.gen = static_cast<int32_t>(std::clamp<int64_t>(most, 0, INT32_MAX));
   g.full_recompute = opt.full_recompute;
-  g.prefill_chunk = static_cast<int32_t>(opt.prefill_chunk);
+  g.prefill_chunk = 0;  // compute's --prefill-chunk: the plan's chunk (command_lines.cpp)
   g.stop_ids = opt.stop_ids;
   for (int32_t id : {ids.eom, ids.eos})
     if (std::find(g.stop_ids.begin(), g.stop_ids.end(), id) == g.stop_ids.end()) g.stop_ids.push_back(id);

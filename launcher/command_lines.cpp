@@ -83,6 +83,7 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
     c.insert(c.end(), {"--prefix-store", std::filesystem::absolute(opt.prefix_store).string(), "--prefix-store-size",
                        std::to_string(plan::ParsePrefixCache(opt.prefix_store_size, "prefix_store_size", false)),
                        "--prefix-store-interval", std::to_string(opt.prefix_store_interval)});
+  c.insert(c.end(), {"--prefill-chunk", std::to_string(p.prefill_chunk)});  // the scratch the plan counted
   c.insert(c.end(), head_flags.begin(), head_flags.end());
   out.push_back({"compute", c, false});
 
@@ -94,8 +95,8 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
   return out;
 }
 
-ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m, const RunEndpoints& ep,
-                                 const std::vector<int32_t>& stop_ids, const std::vector<std::string>& wait_for) {
+ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,
+                                 const RunEndpoints& ep, const std::vector<int32_t>& stop_ids, const std::vector<std::string>& wait_for) {
   std::vector<int> id_list(stop_ids.begin(), stop_ids.end());
   const std::string ids = Join(id_list);
   std::string services;
@@ -118,7 +119,7 @@ ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m,
                                 "--vocab-size", std::to_string(m.cfg.vocab_size), "--context", std::to_string(opt.context),
                                 "--max-batch", std::to_string(opt.max_batch), "--queue-size", std::to_string(opt.queue_size),
                                 "--threads", std::to_string(threads), "--max-body-bytes", std::to_string(opt.max_body_bytes),
-                                "--prefill-chunk", std::to_string(opt.prefill_chunk), "--wait-for", services,
+                                "--prefill-chunk", std::to_string(p.prefill_chunk), "--wait-for", services,
                                 "--temperature", num(s.temperature), "--top-k", std::to_string(s.top_k),
                                 "--top-p", num(s.top_p), "--min-p", num(s.min_p), "--repeat-penalty", num(s.repeat_penalty),
                                 "--repeat-last-n", std::to_string(s.repeat_last_n),

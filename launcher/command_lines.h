@@ -40,8 +40,8 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
 // k3-server's argv for --serve (docs/server.md): it binds `ep.compute` (compute's client in
 // serve mode), asks the tokenizer at `ep.tokenizer`, and /health waits for `wait_for`.
 // `stop_ids`: the model's end ids and --stop-ids, sorted.
-ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m, const RunEndpoints& ep,
-                                 const std::vector<int32_t>& stop_ids, const std::vector<std::string>& wait_for);
+ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,
+                                 const RunEndpoints& ep, const std::vector<int32_t>& stop_ids, const std::vector<std::string>& wait_for);
 
 // Every routed expert has a slot: the fetcher reads them all ahead (--warm).
 bool AllExpertsResident(const ModelLayout& m, const plan::MemoryPlan& p);

@@ -16,6 +16,8 @@
 #include "common/state_file.h"
 #include "common/stdout_writer.h"
 #include "model_layout.h"
+#include "disk_probe.h"
+#include "plan_report.h"
 #include "options.h"
 #include "arena_sizes.h"
 #include "command_lines.h"
@@ -34,7 +36,8 @@ int Main(int argc, char** argv) {
   const launch::ModelLayout m = launch::LoadModelLayout(opt.model, opt.dry_run);
   plan::PlanOptions po;
   po.context = opt.context;
-  po.prefill_chunk = opt.prefill_chunk;
+  po.prefill_chunk = opt.prefill_chunk;  // a cap: the plan chooses the chunk
+  po.prompt_logits = opt.perplexity;
   po.ring_slots = opt.ring_slots;
   if (!opt.trunk_piece.empty()) po.trunk_piece = plan::ParseTrunkPiece(opt.trunk_piece);
   if (!opt.read_ahead.empty()) {
@@ -67,7 +70,8 @@ int Main(int argc, char** argv) {
   std::FILE* plan_out = opt.dry_run ? stdout : stderr;  // stdout carries only ids in a run
   // --quiet: the plan goes nowhere in a run (a dry run prints it: that is what it is for).
   std::FILE* devnull = nullptr;
-  if (opt.quiet && !opt.dry_run) plan_out = devnull = std::fopen("/dev/null", "w");
+  // --json: stdout carries only the JSON object.
+  if ((opt.quiet && !opt.dry_run) || opt.json) plan_out = devnull = std::fopen("/dev/null", "w");
   struct CloseAtExit {
     std::FILE* f;
     ~CloseAtExit() { if (f) std::fclose(f); }
@@ -108,6 +112,21 @@ int Main(int argc, char** argv) {
                p.lm_head_resident ? "no (resident)"
                                   : ("via trunk-ring in " + std::to_string(p.lm_head_chunks) + " chunks of " +
                                      std::to_string(p.lm_head_chunk_rows) + " rows").c_str());
+  // The chunk and the price of a token (docs/memory-plan.md "Prefill chunk", "Read price").
+  launch::PriceQuery q;
+  q.prompt_tokens = opt.prompt_tokens;
+  if (q.prompt_tokens == 0 && !opt.ids.empty())
+    q.prompt_tokens = static_cast<int64_t>(ParseIdList(opt.ids, "--ids", m.cfg.vocab_size).size());
+  if (opt.disk_rate == "probe") {
+    const launch::DiskProbe d = launch::ProbeDiskRate(opt.model);
+    q.disk_rate = d.bytes_per_second;
+    q.rate_source = "probed: " + k3::FormatBytes(d.bytes) + " O_DIRECT from " + std::to_string(d.files) + " shards";
+  } else if (!opt.disk_rate.empty()) {
+    q.disk_rate = plan::ParseDiskRate(opt.disk_rate);
+    q.rate_source = "--disk-rate";
+  }
+  const launch::PlanPrice price = launch::PricePlan(m.plan_model, budget, po, p, q);
+  std::fprintf(plan_out, "%s%s", launch::ChunkLine(po, p).c_str(), launch::PriceLines(p, price, q).c_str());
   // Two computations must agree: the arenas sized from the layout (what the services fill)
   // and the plan's shm regions (what the budget charged), so the printed table is what gets
   // created.
@@ -119,6 +138,7 @@ int Main(int argc, char** argv) {
                          ", " + std::to_string(p.ring_bytes) + ", " + std::to_string(p.embed_window_bytes) + ", " +
                          std::to_string(p.expert_arena_bytes) + ")");
   if (opt.dry_run) {
+    if (opt.json) WriteStdoutOrStop(launch::PlanJson(opt.model, p, po, price, q).dump(2) + "\n");
     WriteStdoutOrStop({});  // the plan: a closed pipe (| head -1) is exit 5, quietly
     return kExitOk;
   }

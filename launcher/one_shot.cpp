@@ -12,7 +12,7 @@ ipc::compute::Generate OneShotGenerate(const LaunchOptions& opt, const std::vect
   g.ids = ids;
   g.gen = static_cast<int32_t>(opt.gen);
   g.full_recompute = opt.full_recompute;
-  g.prefill_chunk = static_cast<int32_t>(opt.prefill_chunk);
+  g.prefill_chunk = 0;  // compute's --prefill-chunk: the plan's chunk (command_lines.cpp)
   g.stop_ids = stop_ids;
   g.keep_state = !opt.load_state.empty();  // appended to the loaded sequence
   g.max_positions = static_cast<int32_t>(std::min<int64_t>(opt.context, INT32_MAX));

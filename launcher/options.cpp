@@ -24,6 +24,7 @@
 #include "common/loopback.h"
 #include "common/user_file.h"
 #include "common/option_limits.h"
+#include "common/plan/read_price.h"
 #include "common/sampling_check.h"
 #include "common/sampling_flags.h"
 #include "common/plan/memory_plan.h"
@@ -284,7 +285,10 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.context < 1) throw UsageError("--context must be >= 1");
   for (const std::string& s : opt.stop)
     if (s.empty()) throw UsageError("--stop: the text must not be empty");
-  if (opt.prefill_chunk < 1) throw UsageError("prefill_chunk must be >= 1");
+  if (opt.prompt_tokens < 0) throw UsageError("--prompt-tokens must be >= 0");
+  if (opt.json && !opt.dry_run) throw UsageError("--json needs --dry-run (a run's report is --out)");
+  if (!opt.disk_rate.empty() && opt.disk_rate != "probe") (void)plan::ParseDiskRate(opt.disk_rate);  // exit 2 naming it
+  if (opt.prefill_chunk < 0) throw UsageError("prefill_chunk must be >= 0 (0: no cap; the plan chooses, up to the context)");
   if (opt.spec < 0 || opt.spec > plan::kMaxSpecDrafts)
     throw UsageError("--spec " + std::to_string(opt.spec) + ": must be 0 to " + std::to_string(plan::kMaxSpecDrafts));
   if (opt.max_batch < 1 || opt.max_batch > plan::kMaxBatch)

@@ -21,7 +21,7 @@ struct LaunchOptions {
   std::string tokenizer;     // tokenizer directory (tiktoken.model + tokenizer_config.json)
   int64_t gen = 16;
   int64_t context = 4096;
-  int64_t prefill_chunk = 64;
+  int64_t prefill_chunk = 0;  // cap on the plan's prefill chunk (0: none but the context)
   int ring_slots = 0;         // trunk ring slots (0: the plan's rule, docs/memory-plan.md)
   std::string trunk_piece;   // ring slot size: "64M", "layer" (empty: plan::kTrunkPieceBytes)
   std::string read_ahead;    // trunk read-ahead when layers stream in pieces (empty: plan::kTrunkReadAhead)
@@ -58,6 +58,9 @@ struct LaunchOptions {
   bool ignore_eos = false;        // do not stop at the model's end ids (common/end_ids.h)
   bool quiet = false;             // only errors and the final summary on stderr
   bool dry_run = false;
+  bool json = false;             // --dry-run --json: the plan and the price as one JSON object
+  std::string disk_rate;         // dry run: bytes per second ("3.2GB/s"), "probe", or "" (no seconds)
+  int64_t prompt_tokens = 0;     // dry run: the prompt priced for the first token (0: --ids' length)
   bool probe_membw = false;       // benchmarks: compute times a read of the resident weights per step
   double ready_timeout = 120;     // seconds to wait for every service's Ready
   double shutdown_timeout = 5;    // seconds between Shutdown and SIGTERM

@@ -60,7 +60,7 @@ void Runner::Spawn(const RunEndpoints& ep, bool tokenizer_only) {
   if (Serving()) {
     std::vector<std::string> others;
     for (const Service& s : sup_.services()) others.push_back(s.name);
-    ServiceCommand c = ServerCommandLine(opt_, m_, ep, stop_ids_, others);
+    ServiceCommand c = ServerCommandLine(opt_, m_, plan_, ep, stop_ids_, others);
     Service s{c.name, std::move(c.argv), c.restartable};
     // k3-server alone reads the key, from its environment, which other users cannot read (argv
     // they can); no other service gets it (supervisor.h kChildOnlyEnv).

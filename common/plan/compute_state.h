@@ -23,11 +23,15 @@ int64_t KdaStateBytes(const ModelConfig& cfg);
 // every position of the context, fp32.
 int64_t MlaCacheBytes(const ModelConfig& cfg, int64_t context);
 
-// Compute's scratch (estimate, fp32): per prompt-chunk token (a verify pass of `spec_drafts`
-// runs drafts + 1 positions, like a chunk) the residual stream, AttnRes block snapshots, the
-// widest projection and FFN rows; plus one token's attention scores over the whole context
-// and one logits row.
-int64_t ScratchBytes(const ModelConfig& cfg, int64_t context, int64_t prefill_chunk, int64_t spec_drafts);
+// Compute's scratch, fp32: per row of a pass (a prompt-chunk token; a verify pass of
+// `spec_drafts` runs drafts + 1 rows, like a chunk) the residual stream, the AttnRes block
+// snapshots and the largest layer's own buffers (ScratchRowBytes), plus buffers of a fixed
+// size: the matmul and expert tiles (common/row_tile.h), MLA's per-thread attention scores over
+// the context, one logits row. `prompt_logits` (perplexity): every prompt row's logits too.
+int64_t ScratchBytes(const ModelConfig& cfg, int64_t context, int64_t prefill_chunk, int64_t spec_drafts,
+                     bool prompt_logits = false);
+// The part of ScratchBytes that grows with each row of the chunk.
+int64_t ScratchRowBytes(const ModelConfig& cfg, bool prompt_logits = false);
 
 // What compute holds beyond the floor's one sequence to decode `max_batch` together (0 for 1):
 // per extra sequence its KDA state and MLA cache for the whole context, and the scratch of

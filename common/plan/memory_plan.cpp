@@ -6,11 +6,20 @@
 
 #include "common/error.h"
 #include "common/plan/plan_inputs.h"
+#include "common/plan/read_price.h"
 #include "common/plan/shm_layout.h"
 #include "common/read_window.h"
 
 namespace k3::plan {
 namespace {
+
+// The options below this point carry a concrete chunk in prefill_chunk (AtChunk).
+int64_t ChunkCap(const PlanOptions& o) { return o.prefill_chunk > 0 ? std::min(o.prefill_chunk, o.context) : o.context; }
+int64_t FloorChunk(const PlanOptions& o) { return std::min(ChunkCap(o), kFloorChunk); }
+PlanOptions AtChunk(PlanOptions o, int64_t chunk) {
+  o.prefill_chunk = chunk;
+  return o;
+}
 
 // Budget-independent parts: compute's state, the tokenizer's tables, per-process overhead,
 // the fetcher's frames from expert servers, and k3-server's share when serving.
@@ -29,7 +38,7 @@ Fixed FixedCosts(const PlanModel& m, const PlanOptions& o) {
   Fixed f;
   f.kda_state = KdaStateBytes(c);
   f.mla_cache = MlaCacheBytes(c, o.context);
-  f.scratch = ScratchBytes(c, o.context, o.prefill_chunk, o.spec_drafts);
+  f.scratch = ScratchBytes(c, o.context, o.prefill_chunk, o.spec_drafts, o.prompt_logits);
   f.spec = SpecRollbackBytes(c, o.spec_drafts);
   f.batch = BatchStateBytes(c, o.context, o.max_batch);
   f.overhead = PlannedProcesses(o) * o.process_overhead;
@@ -61,32 +70,17 @@ int64_t FloorOf(const PlanModel& m, const PlanOptions& o) {
   return floor;
 }
 
-}  // namespace
-
-int64_t PlanFloor(const PlanModel& model, const PlanOptions& o) {
-  CheckPlanInputs(model, o);
-  return FloorOf(NormalizedPlanModel(model), o);
-}
-
-MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o) {
-  CheckPlanInputs(model, o);
-  const PlanModel m = NormalizedPlanModel(model);
-  const int64_t floor = FloorOf(m, o);
-  if (budget < floor)
-    throw Error(kExitBudget, "budget " + FormatBytes(budget) + " is below the floor of " + FormatBytes(floor) + " (" +
-                                 std::to_string(floor) + " bytes) for context " + std::to_string(o.context) +
-                                 "; raise --budget or lower the context");
+// The plan at the concrete chunk o.prefill_chunk; `sized` is `o` with an auto prefix cache
+// resolved to bytes; `floor` is the plan's floor (at the floor's chunk).
+MemoryPlan PlanAt(const PlanModel& m, int64_t budget, const PlanOptions& o, const PlanOptions& sized, int64_t floor) {
   const auto cands = Candidates(m);
-  // prefix_cache = auto takes its share of what lies above the floor (the floor counts it as 0).
-  PlanOptions sized = o;
-  if (o.prefix_cache == kPrefixCacheAuto) sized.prefix_cache = PrefixCacheAutoBytes(m.cfg, o.context, budget - floor);
   const Fixed f = FixedCosts(m, sized);
   // The fetcher reads an expert's run widened to 4096 bounds straight into its slot.
   const int64_t expert_slot = WidenedBytes(m.expert_bytes);
   const int64_t min_experts = SlotArena(m.cfg.top_k, expert_slot);
 
   // Largest prefix of candidates that fits (feasibility is monotone in the budget for each
-  // k, so more budget never pins fewer layers).
+  // k, so more budget never pins fewer layers at one chunk).
   size_t k = 0;
   for (size_t i = 0; i <= cands.size(); ++i)
     if (WithinCap(m, cands, i, o) && Required(m, cands, i, o, f, min_experts) <= budget) k = i;
@@ -94,6 +88,8 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
   MemoryPlan p;
   p.budget = budget;
   p.floor = floor;
+  p.prefill_chunk = o.prefill_chunk;
+  p.scratch_row = ScratchRowBytes(m.cfg, o.prompt_logits);
   for (size_t i = 0; i < k; ++i) {
     if (cands[i].layer < 0) p.lm_head_resident = true;
     else p.pinned_layers.push_back(cands[i].layer);
@@ -156,6 +152,77 @@ MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o
   p.expert_arena_bytes = SlotArena(p.expert_slots, expert_slot);
   p.total = used + p.expert_arena_bytes;
   return p;
+}
+
+
+// Bytes read for one generated token plus one prompt token (in a full chunk) under plan `p`.
+double TokenPairPrice(const PlanModel& m, const MemoryPlan& p) {
+  const ReadPrice r = PriceAt(ReadModelOf(m, p), p.prefill_chunk);
+  return r.per_generated_token + r.per_prompt_token;
+}
+
+}  // namespace
+
+int64_t PlanFloor(const PlanModel& model, const PlanOptions& o) {
+  CheckPlanInputs(model, o);
+  return FloorOf(NormalizedPlanModel(model), AtChunk(o, FloorChunk(o)));
+}
+
+MemoryPlan MakePlanAtChunk(const PlanModel& model, int64_t budget, const PlanOptions& o, int64_t chunk) {
+  CheckPlanInputs(model, o);
+  const PlanModel m = NormalizedPlanModel(model);
+  const PlanOptions at = AtChunk(o, std::clamp<int64_t>(chunk, 1, o.context));
+  const int64_t floor = FloorOf(m, at);
+  if (budget < floor)
+    throw Error(kExitBudget, "budget " + FormatBytes(budget) + " is below the floor of " + FormatBytes(floor) +
+                                 " for a prefill chunk of " + std::to_string(at.prefill_chunk));
+  PlanOptions sized = at;
+  if (o.prefix_cache == kPrefixCacheAuto) sized.prefix_cache = PrefixCacheAutoBytes(m.cfg, o.context, budget - floor);
+  MemoryPlan p = PlanAt(m, budget, at, sized, floor);
+  p.prefill_chunk_cap = p.prefill_chunk_fits = at.prefill_chunk;
+  return p;
+}
+
+MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& o) {
+  CheckPlanInputs(model, o);
+  const PlanModel m = NormalizedPlanModel(model);
+  const int64_t cap = ChunkCap(o), lowest = FloorChunk(o);
+  const int64_t floor = FloorOf(m, AtChunk(o, lowest));
+  if (budget < floor)
+    throw Error(kExitBudget, "budget " + FormatBytes(budget) + " is below the floor of " + FormatBytes(floor) + " (" +
+                                 std::to_string(floor) + " bytes) for context " + std::to_string(o.context) +
+                                 "; raise --budget or lower the context");
+  // prefix_cache = auto takes its share of what lies above the floor (the floor counts it as 0),
+  // whatever the chunk.
+  PlanOptions sized = o;
+  if (o.prefix_cache == kPrefixCacheAuto) sized.prefix_cache = PrefixCacheAutoBytes(m.cfg, o.context, budget - floor);
+  // The largest chunk up to the cap whose plan fits (the floor grows with the chunk).
+  int64_t lo = lowest, hi = cap;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (FloorOf(m, AtChunk(sized, mid)) <= budget) lo = mid;
+    else hi = mid - 1;
+  }
+  const int64_t fits = lo;
+  // Candidates: the floor's chunk, powers of two times kFloorChunk between, the largest that
+  // fits. The cheapest prompt token + generated token wins; a tie goes to the larger chunk.
+  std::vector<int64_t> chunks = {lowest};
+  for (int64_t c = kFloorChunk; c < fits; c *= 2)
+    if (c > lowest) chunks.push_back(c);
+  if (fits > lowest) chunks.push_back(fits);
+  MemoryPlan best;
+  double best_price = 0;
+  for (int64_t c : chunks) {
+    MemoryPlan p = PlanAt(m, budget, AtChunk(o, c), AtChunk(sized, c), floor);
+    const double price = TokenPairPrice(m, p);
+    if (best.prefill_chunk == 0 || price <= best_price) {
+      best = std::move(p);
+      best_price = price;
+    }
+  }
+  best.prefill_chunk_cap = cap;
+  best.prefill_chunk_fits = fits;
+  return best;
 }
 
 }  // namespace k3::plan

@@ -8,6 +8,8 @@
 // top_k expert slots); then
 // whole trunk layers (and lm_head) pinned largest-first; then every remaining byte as expert
 // slots; the embedding table is made resident only when every expert already has a slot. A budget below the floor is k3::Error(kExitBudget).
+// The prefill chunk (the scratch's rows) is chosen too: of the chunks whose plan fits, the one
+// at which a generated token plus a prompt token read the fewest bytes (read_price.h).
 // With --serve, k3-server's threads, connections and held requests are fixed costs like
 // compute's state (server_memory.h).
 #pragma once
@@ -46,7 +48,10 @@ constexpr int64_t kTokenizerTablesBytes = 48ll << 20;
 
 struct PlanOptions {
   int64_t context = 4096;                       // tokens the MLA cache must hold
-  int64_t prefill_chunk = 64;                   // prompt tokens per forward chunk (scratch size)
+  // Cap on the prompt tokens per prefill chunk; 0: none but the context. The plan chooses the
+  // chunk (MakePlan: the cheapest generated + prompt token that fits), at most this.
+  int64_t prefill_chunk = 0;
+  bool prompt_logits = false;                   // --perplexity: every prompt row's logits are kept (scratch)
   int ring_slots = 0;                           // trunk ring depth (0: TrunkRingSlots; else >= 2)
   int64_t trunk_piece = kTrunkPieceBytes;       // ring slot size (kTrunkPieceLayer: whole layers)
   int64_t read_ahead = kTrunkReadAhead;         // read ahead of compute when layers stream in pieces
@@ -89,6 +94,11 @@ struct MemoryPlan {
   int64_t kda_state = 0;
   int64_t mla_cache = 0;
   int64_t scratch = 0;
+  // The prefill chunk (docs/memory-plan.md "Prefill chunk"): what compute runs a prompt in.
+  int64_t prefill_chunk = 0;
+  int64_t prefill_chunk_cap = 0;   // min(PlanOptions::prefill_chunk or the context, the context)
+  int64_t prefill_chunk_fits = 0;  // the largest chunk (up to the cap) whose plan fits the budget
+  int64_t scratch_row = 0;         // scratch bytes per chunk row (ScratchRowBytes)
   int64_t overhead = 0;  // all processes
   int64_t tokenizer = 0;
   int64_t remote_frames = 0;  // expert fetcher: expert frames received from the expert servers
@@ -124,7 +134,15 @@ struct MemoryPlan {
 
 // Throws k3::Error(kExitBudget) naming the floor when budget < floor; kExitUsage for bad options.
 MemoryPlan MakePlan(const PlanModel& model, int64_t budget, const PlanOptions& opt = {});
-// The smallest budget MakePlan accepts.
+// The smallest budget MakePlan accepts: the plan with the floor's chunk, min(cap, kFloorChunk).
 int64_t PlanFloor(const PlanModel& model, const PlanOptions& opt = {});
+
+// The prefill chunk the floor is computed with (when the cap allows): a budget at the floor
+// still prefills this many tokens per pass.
+constexpr int64_t kFloorChunk = 64;
+
+// The plan with the prefill chunk fixed at `chunk` instead of chosen (the choice compares
+// these); k3::Error(kExitBudget) when it does not fit.
+MemoryPlan MakePlanAtChunk(const PlanModel& model, int64_t budget, const PlanOptions& opt, int64_t chunk);
 
 }  // namespace k3::plan

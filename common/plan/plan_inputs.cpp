@@ -28,8 +28,8 @@ void CheckServeInputs(const PlanOptions& o, int64_t max_bytes) {
 }  // namespace
 
 void CheckPlanInputs(const PlanModel& m, const PlanOptions& o) {
-  if (o.context < 1 || o.prefill_chunk < 1 || o.ring_slots == 1 || o.ring_slots < 0)
-    throw UsageError("memory plan: context and prefill chunk must be >= 1 and ring slots >= 2 (0: from read_ahead)");
+  if (o.context < 1 || o.prefill_chunk < 0 || o.ring_slots == 1 || o.ring_slots < 0)
+    throw UsageError("memory plan: context must be >= 1, the prefill chunk cap >= 0 (0: the context) and ring slots >= 2 (0: from read_ahead)");
   if (o.trunk_piece != kTrunkPieceLayer && o.trunk_piece < kPage)
     throw UsageError("trunk_piece " + std::to_string(o.trunk_piece) + ": must be \"layer\" or at least 4096 bytes");
   if (o.read_ahead < 0) throw UsageError("read_ahead must be >= 0 bytes");

@@ -12,7 +12,9 @@ std::vector<Region> MemoryPlan::regions() const {
   std::vector<Region> r = {
       {"compute", "kda-state", kda_state, "recurrent + conv state, fp32"},
       {"compute", "mla-cache", mla_cache, "latent cache, fp32"},
-      {"compute", "scratch", scratch, "activations (estimate)"},
+      {"compute", "scratch", scratch,
+       "activations: prefill chunk " + std::to_string(prefill_chunk) + " x " + std::to_string(scratch_row / 1024) +
+           " KiB + tiles"},
       {"tokenizer", "tables", tokenizer, ""},
       {"all", "process-overhead", overhead, std::to_string(processes) + " processes"},
       {"shm", "trunk-pinned", pinned_bytes, std::to_string(pinned_layers.size()) + " layers + " + globals},

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/row_tile.h"
 #include "mixers.h"
 #include "ops.h"
 
@@ -85,22 +86,27 @@ int64_t MoeForward(const ModelConfig& cfg, int64_t layer, const MoeWeights& w, E
     done[static_cast<size_t>(e)] = 1;
     const ExpertWeights ew = experts.Acquire(layer, e);
     const auto& rows = slots[static_cast<size_t>(e)];
-    const int64_t R = static_cast<int64_t>(rows.size());
-    X.resize(static_cast<size_t>(R * L));
-    A.resize(static_cast<size_t>(R * I));
-    B.resize(static_cast<size_t>(R * I));
-    Y.resize(static_cast<size_t>(R * L));
-    for (int64_t r = 0; r < R; ++r)
-      std::memcpy(X.data() + r * L, xl.data() + (rows[r] / K) * L, static_cast<size_t>(L) * 4);
-    mxfp4(ew.w1, X.data(), R, A.data());
-    mxfp4(ew.w3, X.data(), R, B.data());
-    for (int64_t r = 0; r < R; ++r)
-      SituGlu(A.data() + r * I, B.data() + r * I, I, cfg.situ_beta, cfg.situ_linear_beta,
-              cfg.situ_linear_capped, A.data() + r * I);
-    mxfp4(ew.w2, A.data(), R, Y.data());
+    // Its rows kRowTile at a time: a chunk whose every token picks this expert (a repeated
+    // prompt) keeps these buffers bounded; rows are independent, so the bits do not change.
+    for (size_t r0 = 0; r0 < rows.size(); r0 += static_cast<size_t>(kRowTile)) {
+      const int64_t R = std::min<int64_t>(kRowTile, static_cast<int64_t>(rows.size() - r0));
+      const int64_t* tile = rows.data() + r0;
+      X.resize(static_cast<size_t>(R * L));
+      A.resize(static_cast<size_t>(R * I));
+      B.resize(static_cast<size_t>(R * I));
+      Y.resize(static_cast<size_t>(R * L));
+      for (int64_t r = 0; r < R; ++r)
+        std::memcpy(X.data() + r * L, xl.data() + (tile[r] / K) * L, static_cast<size_t>(L) * 4);
+      mxfp4(ew.w1, X.data(), R, A.data());
+      mxfp4(ew.w3, X.data(), R, B.data());
+      for (int64_t r = 0; r < R; ++r)
+        SituGlu(A.data() + r * I, B.data() + r * I, I, cfg.situ_beta, cfg.situ_linear_beta,
+                cfg.situ_linear_capped, A.data() + r * I);
+      mxfp4(ew.w2, A.data(), R, Y.data());
+      for (int64_t r = 0; r < R; ++r)
+        std::memcpy(yk.data() + tile[r] * L, Y.data() + r * L, static_cast<size_t>(L) * 4);
+    }
     experts.Release(layer, e);
-    for (int64_t r = 0; r < R; ++r)
-      std::memcpy(yk.data() + rows[r] * L, Y.data() + r * L, static_cast<size_t>(L) * 4);
   }
 
   // Weighted sum in top-k rank order (whatever the arrival order), 6. norm of the SUM.

@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
   app.add_option("--spec", opt.spec,
                  "speculative decoding: up to N n-gram drafts verified per forward pass, 0 to 16 "
                  "(same ids as 0; default 0)");
-  app.add_option("--prefill-chunk", opt.prefill_chunk, "prompt tokens per forward chunk");
+  app.add_option("--prefill-chunk", opt.prefill_chunk,
+                 "prompt tokens per forward chunk (pipeline: the most a request may ask for; k3-launch passes its plan's)");
   app.add_option("--threads", opt.threads, "OpenMP threads (default: all cores)");
   app.add_option("--dump-logits", opt.dump_logits, "float32 logits choosing the first token");
   app.add_option("--dump-trace", opt.dump_trace, "per-layer activations of the prompt pass");
@@ -112,6 +113,8 @@ int main(int argc, char** argv) {
       pipe.expert_inputs = opt.expert_inputs;
       pipe.probe_membw = opt.probe_membw;
       pipe.prefetch_hints = opt.prefetch_hints;
+      if (opt.prefill_chunk < 1) throw k3::UsageError("--prefill-chunk must be >= 1");
+      pipe.prefill_chunk = opt.prefill_chunk;
       pipe.prefix_cache_bytes = k3::plan::ParsePrefixCache(prefix_cache, "--prefix-cache", false);
       pipe.prefix_store_bytes = k3::plan::ParsePrefixCache(prefix_store_size, "--prefix-store-size", false);
       if (pipe.prefix_store_bytes <= 0) throw k3::UsageError("--prefix-store-size: a size above 0 (e.g. 16G)");

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/row_tile.h"
 #include "common/ipc/protocol.h"
 #include "common/plan/head_stream.h"
 #include "pipeline_sources.h"
@@ -83,11 +84,14 @@ void PipelineLayerSource::Logits(const float* X, int64_t T, float* Y) {
         const kern::DenseMat view{span.data() + r.offset, lm_head_.format, n, H};
         if (T == 1) {
           kern::Matmul(view, X, 1, Y + r0);
-        } else {  // Matmul writes [T][n]; scatter into [T][V]
-          chunk_out_.resize(static_cast<size_t>(T * n));
-          kern::Matmul(view, X, T, chunk_out_.data());
-          for (int64_t t = 0; t < T; ++t)
-            std::memcpy(Y + t * V + r0, chunk_out_.data() + t * n, static_cast<size_t>(n) * sizeof(float));
+        } else {  // Matmul writes [rows][n]; scatter into [T][V], kRowTile rows at a time
+          for (int64_t t0 = 0; t0 < T; t0 += kRowTile) {
+            const int64_t m = std::min(kRowTile, T - t0);
+            chunk_out_.resize(static_cast<size_t>(m * n));
+            kern::Matmul(view, X + t0 * H, m, chunk_out_.data());
+            for (int64_t t = 0; t < m; ++t)
+              std::memcpy(Y + (t0 + t) * V + r0, chunk_out_.data() + t * n, static_cast<size_t>(n) * sizeof(float));
+          }
         }
       }
       if (span.empty() || !Usable(r)) {  // refilled while in use (reader restart): do it again

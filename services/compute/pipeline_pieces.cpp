@@ -8,6 +8,7 @@
 #include <span>
 
 #include "common/error.h"
+#include "common/row_tile.h"
 #include "common/tensor_names.h"
 
 namespace k3::compute {
@@ -148,11 +149,14 @@ void PipelineLayerSource::Apply(int64_t layer, TensorRole role, const kern::Dens
     const kern::DenseMat view{cur_.base + pl.slot_offset + pl.lead(), W.format, n, W.cols};
     if (T == 1 || n == W.rows) {
       kern::Matmul(view, X, T, Y + (T == 1 ? r0 : 0));
-    } else {  // Matmul writes [T][n]; scatter into [T][rows]
-      block_out_.resize(static_cast<size_t>(T * n));
-      kern::Matmul(view, X, T, block_out_.data());
-      for (int64_t i = 0; i < T; ++i)
-        std::memcpy(Y + i * W.rows + r0, block_out_.data() + i * n, static_cast<size_t>(n) * sizeof(float));
+    } else {  // Matmul writes [rows][n]; scatter into [T][W.rows], kRowTile rows at a time
+      for (int64_t t0 = 0; t0 < T; t0 += kRowTile) {
+        const int64_t m = std::min(kRowTile, T - t0);
+        block_out_.resize(static_cast<size_t>(m * n));
+        kern::Matmul(view, X + t0 * W.cols, m, block_out_.data());
+        for (int64_t i = 0; i < m; ++i)
+          std::memcpy(Y + (t0 + i) * W.rows + r0, block_out_.data() + i * n, static_cast<size_t>(n) * sizeof(float));
+      }
     }
     done += n;
     ++cur_.run;

@@ -244,7 +244,8 @@ std::unique_ptr<Scheduler::Request> Scheduler::Prepare(const cp::Generate& g, bo
   p.prior.assign(seq_ids_.begin(), seq_ids_.begin() + static_cast<std::ptrdiff_t>(r->kept));
   p.gen = std::max(0, g.gen);
   p.full_recompute = g.full_recompute;
-  p.prefill_chunk = g.prefill_chunk > 0 ? g.prefill_chunk : 64;
+  // The planned chunk (--prefill-chunk) bounds the scratch: a request may ask for less.
+  p.prefill_chunk = g.prefill_chunk > 0 ? std::min<int64_t>(g.prefill_chunk, opt_.prefill_chunk) : opt_.prefill_chunk;
   p.stop_ids = g.stop_ids;
   p.max_positions = std::max(0, g.max_positions);
   p.sampling = g.sampling;

@@ -64,6 +64,7 @@ struct SchedulerOptions {
   std::string prefix_store_dir;
   int64_t prefix_store_bytes = 0;
   int64_t prefix_store_interval = 0;
+  int64_t prefill_chunk = 64;      // --prefill-chunk: the most prompt rows of one pass (the plan's chunk)
   std::string dump_logits;         // --dump-logits: the logits choosing each request's first token
   bool probe_membw = false;        // --probe-membw: ProbeReadGBs(probe_regions) between steps
   std::vector<MemRegion> probe_regions;

@@ -407,12 +407,16 @@ class ReleasePlanTest(unittest.TestCase):
             line = [l for l in r.stdout.splitlines() if l.startswith("pinned layers:")][0]
             return int(line.split(":")[1].split(" of ")[0]), r.stdout
 
-        # Whole-layer slots (--trunk-piece layer), 8G (docs/memory-plan.md, "Real release"):
-        # lm_head (2.19 GiB) and layer 0 (2.18 GiB) pinned, a ring of 2 x 1.18 GiB, 22 expert
-        # slots and 0.9 GiB of the rest fill 7.99 GiB; 4G is below the floor.
+        # Whole-layer slots (--trunk-piece layer), 8G, at a prefill chunk of 64: lm_head (2.19 GiB)
+        # and layer 0 (2.18 GiB) pinned, a ring of 2 x 1.18 GiB; 4G is below the floor. At the
+        # chunk the plan chooses (docs/memory-plan.md, "Real release") the whole context's
+        # scratch is cheaper than those pins: nothing pinned, chunk 4096.
         whole = ["--trunk-piece", "layer"]
-        pinned = [pinned_at(b, whole)[0] for b in ("8G", "32G", "128G")]
+        pinned = [pinned_at(b, whole + ["--prefill-chunk", "64"])[0] for b in ("8G", "32G", "128G")]
         self.assertEqual(pinned[0], 1)
+        n8, out8 = pinned_at("8G", whole)
+        self.assertEqual(n8, 0)
+        self.assertIn("prefill chunk: 4096 tokens", out8)
         self.assertLess(pinned[0], pinned[1])
         self.assertEqual(pinned[2], 93)
         r = subprocess.run([os.path.join(BIN, "k3-launch"), toml, "--budget", "4G", "--dry-run"] + whole,

@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 import test_pipeline as tp  # noqa: E402
-from proc_util import free_port, main, require, run_launch  # noqa: E402
+from proc_util import free_port, main, plan_floor, require, run_launch  # noqa: E402
 
 GEN = 10
 # Flat enough on random weights that the draw matters; top-k and top-p both bite.
@@ -158,9 +158,10 @@ class SamplingTest(unittest.TestCase):
         chunked = self.standalone(["--perplexity", "--prefill-chunk", "2"], gen=0)
         self.assertLess(abs(chunked["nll_per_token"] - rep["nll_per_token"]), 1e-5)
 
-        # k3-launch: the same values through the pipeline (float32 on the wire), --gen 0 too.
-        lrep, err = self.launch(self.base.budgets["stream"], SAMPLED + ["--seed", "3", "--logprobs", str(top_n),
-                                                                         "--perplexity"])
+        # k3-launch: the same values through the pipeline (float32 on the wire), --gen 0 too. The
+        # streaming floor with --perplexity, whose kept prompt logits the plan counts in scratch.
+        stream = max(self.base.budgets["stream"], plan_floor(self.base.toml, "--perplexity"))
+        lrep, err = self.launch(stream, SAMPLED + ["--seed", "3", "--logprobs", str(top_n), "--perplexity"])
         self.assertEqual(lrep["generated_ids"], gen)
         for a, b in zip(lrep["logprobs"], rep["logprobs"]):
             self.assertEqual(a["id"], b["id"])

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,7 +14,9 @@
 #include "common/manifest.h"
 #include "common/plan/memory_plan.h"
 #include "common/safetensors.h"
+#include "launcher/disk_probe.h"
 #include "launcher/model_layout.h"
+#include "launcher/plan_report.h"
 #include "tools/k3_model/expert_digests.h"
 
 namespace k3::model_tool {
@@ -144,6 +147,24 @@ int CheckModel(const std::string& dir, bool digests, int threads) {
   else
     std::printf("budget: --budget %s (90%% of the available RAM; experts beyond it stream from %s)\n",
                 BudgetText(usable).c_str(), trunk_only ? "the expert server" : "disk");
+  // The price of a token at the suggested budget: the plan's chunk, bytes read per generated
+  // and per prompt token, and seconds at this disk's rate (a short O_DIRECT probe of the shards).
+  if (usable >= floor) {
+    const int64_t budget = std::max(plan::ParseBudget(BudgetText(std::min(usable, resident))), floor);
+    const plan::MemoryPlan p = plan::MakePlan(layout.plan_model, budget, po);
+    launch::PriceQuery q;
+    try {
+      const launch::DiskProbe d = launch::ProbeDiskRate(dir);
+      q.disk_rate = d.bytes_per_second;
+      q.rate_source = "probed: " + k3::FormatBytes(d.bytes) + " O_DIRECT from " + std::to_string(d.files) + " shards";
+      q.prompt_tokens = p.prefill_chunk;
+    } catch (const Error& e) {
+      std::printf("disk rate: not probed (%s)\n", e.what());
+    }
+    const launch::PlanPrice price = launch::PricePlan(layout.plan_model, budget, po, p, q);
+    std::printf("at --budget %s: %s%s", BudgetText(budget).c_str(), launch::ChunkLine(po, p).c_str(),
+                launch::PriceLines(p, price, q).c_str());
+  }
   struct statvfs vs{};
   if (statvfs(dir.c_str(), &vs) == 0)
     std::printf("disk: %s free on the model's filesystem\n",

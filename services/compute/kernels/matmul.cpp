@@ -3,6 +3,7 @@
 // are not hot enough to need an AVX2 body.
 #include "matmul.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/row_tile.h"
 #include "kernels_detail.h"
 
 namespace k3::kern {
@@ -148,6 +150,11 @@ void RunAvx512Body(const Mxfp4Mat& W, const float* X, int64_t T, float* Y, bool 
 void DenseVector(const DenseMat& W, const float* X, int64_t T, float* Y, bool wide) {
   CheckDense(W);
   if (!CheckActivations(W.rows, W.cols, X, T, Y)) return;
+  if (T > kRowTile) {  // kRowTile rows at a time: the split x below stays bounded (common/row_tile.h)
+    for (int64_t t0 = 0; t0 < T; t0 += kRowTile)
+      DenseVector(W, X + t0 * W.cols, std::min(kRowTile, T - t0), Y + t0 * W.rows, wide);
+    return;
+  }
   const bool bf16 = W.format == WFormat::BF16;
   // Reused per calling thread: decode calls this hundreds of times per token.
   thread_local std::vector<float> x_split;

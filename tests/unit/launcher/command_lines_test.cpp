@@ -31,6 +31,7 @@ plan::MemoryPlan Plan() {
   p.expert_slots = 4;
   p.lm_head_resident = true;
   p.embed_resident = true;
+  p.prefill_chunk = 192;
   return p;
 }
 
@@ -86,7 +87,8 @@ TEST(CommandLines, ExactArgvOfEachService) {
   EXPECT_EQ(v[2].argv, (Argv{"/opt/k3/bin/k3-compute", "--pipeline", "--model", "/models/k3", "--control",
                              "ipc://@k3-1/control", "--endpoint", "ipc://@k3-1/compute", "--trunk",
                              "ipc://@k3-1/trunk", "--experts", "ipc://@k3-1/experts", "--pinned-arena", "fd:5",
-                             "--ring-arena", "fd:6", "--experts-arena", "fd:7", "--expert-inputs", "f32"}));
+                             "--ring-arena", "fd:6", "--experts-arena", "fd:7", "--expert-inputs", "f32",
+                             "--prefill-chunk", "192"}));
   EXPECT_TRUE(v[0].restartable);
   EXPECT_TRUE(v[1].restartable);
   EXPECT_FALSE(v[2].restartable);
@@ -215,7 +217,7 @@ TEST(CommandLines, ServerArgv) {
   o.sampling.temperature = 0.5f;
   ModelLayout m = Layout();
   m.cfg.vocab_size = 4352;
-  const ServiceCommand c = ServerCommandLine(o, m, Endpoints(), {4097, 4098}, {"trunk-reader", "compute"});
+  const ServiceCommand c = ServerCommandLine(o, m, Plan(), Endpoints(), {4097, 4098}, {"trunk-reader", "compute"});
   EXPECT_EQ(c.name, "server");
   EXPECT_FALSE(c.restartable);
   const Argv& a = c.argv;
@@ -232,12 +234,13 @@ TEST(CommandLines, ServerArgv) {
   EXPECT_EQ(After(a, "--threads"), "11");  // max_batch + queue_size + 4
   EXPECT_EQ(After(a, "--stop-ids"), "4097,4098");
   EXPECT_EQ(After(a, "--wait-for"), "trunk-reader,compute");
+  EXPECT_EQ(After(a, "--prefill-chunk"), "192");  // the plan's chunk, not the cap
   EXPECT_EQ(After(a, "--temperature"), "0.5");
   EXPECT_FALSE(Has(a, "sekrit"));
   EXPECT_FALSE(Has(a, "--insecure"));
   o.served_model_name = "k3";
   o.http_threads = 3;
-  const Argv b = ServerCommandLine(o, m, Endpoints(), {}, {}).argv;
+  const Argv b = ServerCommandLine(o, m, Plan(), Endpoints(), {}, {}).argv;
   EXPECT_EQ(After(b, "--model-name"), "k3");
   EXPECT_EQ(After(b, "--threads"), "3");
   EXPECT_FALSE(Has(b, "--stop-ids"));
@@ -325,7 +328,7 @@ TEST(CommandLines, EveryFlagPassedIsDocumented) {
   o.thinking_effort_given = true;
   ModelLayout m = Layout();
   m.cfg.vocab_size = 100;
-  ExpectDocumented(ServerCommandLine(o, m, Endpoints(), {1, 2}, {"compute"}), doc);
+  ExpectDocumented(ServerCommandLine(o, m, Plan(), Endpoints(), {1, 2}, {"compute"}), doc);
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ TEST(OneShot, TheGenerateCarriesTheRunsOptions) {
   EXPECT_EQ(g.gen, 7);
   EXPECT_EQ(g.stop_ids, std::vector<int32_t>({2, 9}));
   EXPECT_EQ(g.max_positions, INT32_MAX);
-  EXPECT_EQ(g.prefill_chunk, 16);
+  EXPECT_EQ(g.prefill_chunk, 0);  // compute's --prefill-chunk: the plan's chunk, bounded by the cap 16
   EXPECT_EQ(g.spec, 3);
   EXPECT_EQ(g.logprobs, 2);
   EXPECT_FALSE(g.keep_state);

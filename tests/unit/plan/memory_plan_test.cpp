@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <numeric>
@@ -24,8 +25,11 @@ using synthetic::Widened;
 
 PlanModel Synthetic() { return synthetic::SyntheticPlanModel(); }
 
+// The invariants below hold at one prefill chunk: a cap of kFloorChunk fixes it there.
+// PrefillChunk* tests cover the chunk the plan chooses.
 PlanOptions SmallOptions() {
   PlanOptions o;
+  o.prefill_chunk = kFloorChunk;
   o.tokenizer_bytes = kMiB;
   o.process_overhead = kMiB;
   o.lm_head_window = 4 * kMiB;
@@ -565,6 +569,101 @@ TEST(ParseBudget, UnitsAndErrors) {
   }
 }
 
+// ---------------------------- the prefill chunk ----------------------------
+
+// Bytes read for a generated token plus a prompt token under plan p, from the price formula
+// written out here (flat routing, the cache holding its share of all experts).
+double PairPrice(const PlanModel& m, const MemoryPlan& p) {
+  double trunk = p.lm_head_resident ? 0.0 : static_cast<double>(m.lm_head_bytes);
+  for (int l = 0; l < m.cfg.num_layers; ++l)
+    if (std::count(p.pinned_layers.begin(), p.pinned_layers.end(), l) == 0) trunk += static_cast<double>(m.trunk_bytes[l]);
+  const double E = static_cast<double>(m.cfg.num_experts), k = static_cast<double>(m.cfg.top_k);
+  const double moe = static_cast<double>(m.cfg.num_layers - m.cfg.first_k_dense_replace);
+  const double miss = 1.0 - std::min(1.0, static_cast<double>(p.expert_slots) / (moe * E));
+  const double T = static_cast<double>(p.prefill_chunk);
+  const double expert = static_cast<double>(Widened(m.expert_bytes));  // read widened to 4096 bounds
+  const double gen = trunk + moe * k * miss * expert;
+  const double chunk = trunk + moe * E * (1.0 - std::pow(1.0 - k / E, T)) * miss * expert;
+  return gen + chunk / T;
+}
+
+// The chunk fits (its plan is within the budget; one more token's plan is not, unless the cap
+// or the context stopped it), and no chunk that fits is cheaper among the candidates.
+TEST(MemoryPlan, PrefillChunkIsTheCheapestThatFitsAndNeverOneThatDoesNot) {
+  const PlanModel m = Synthetic();
+  PlanOptions o = SmallOptions();
+  o.prefill_chunk = 0;  // no cap: up to the context
+  o.context = 4096;
+  const int64_t floor = PlanFloor(m, o);
+  double prev_price = 1e300;
+  for (int64_t b = floor; b < floor + 1200 * kMiB; b += 37 * kMiB + 4321) {
+    const MemoryPlan p = MakePlan(m, b, o);
+    SCOPED_TRACE("budget " + std::to_string(b) + ", chunk " + std::to_string(p.prefill_chunk));
+    CheckInvariants(m, p, o);
+    EXPECT_GE(p.prefill_chunk, kFloorChunk);
+    EXPECT_LE(p.prefill_chunk, p.prefill_chunk_fits);
+    EXPECT_LE(p.prefill_chunk_fits, o.context);
+    EXPECT_EQ(p.scratch, ScratchBytes(m.cfg, o.context, p.prefill_chunk, 0));
+    if (p.prefill_chunk_fits < o.context) {
+      try {
+        MakePlanAtChunk(m, b, o, p.prefill_chunk_fits + 1);
+        ADD_FAILURE() << "a chunk of " << p.prefill_chunk_fits + 1 << " fits too";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), kExitBudget);
+      }
+    }
+    const double price = PairPrice(m, p);
+    for (int64_t c : {int64_t{64}, int64_t{128}, int64_t{256}, int64_t{512}, int64_t{1024}, p.prefill_chunk_fits})
+      if (c <= p.prefill_chunk_fits) {
+        EXPECT_LE(price, PairPrice(m, MakePlanAtChunk(m, b, o, c)) * (1 + 1e-12)) << c;
+      }
+    // More budget never makes a token dearer.
+    EXPECT_LE(price, prev_price * (1 + 1e-12));
+    prev_price = price;
+  }
+}
+
+TEST(MemoryPlan, PrefillChunkCapAndFloor) {
+  const PlanModel m = Synthetic();
+  PlanOptions o = SmallOptions();
+  o.context = 4096;
+  o.prefill_chunk = 0;
+  const int64_t floor = PlanFloor(m, o);
+  // The floor is the plan at a chunk of kFloorChunk: at it, that is the chunk.
+  EXPECT_EQ(MakePlan(m, floor, o).prefill_chunk, kFloorChunk);
+  EXPECT_EQ(floor, PlanFloor(m, SmallOptions()));  // the same context, chunk 64
+  // A cap below kFloorChunk lowers the floor by those rows' scratch and fixes the chunk.
+  PlanOptions five = o;
+  five.prefill_chunk = 5;
+  EXPECT_EQ(floor - PlanFloor(m, five), 59 * ScratchRowBytes(m.cfg));
+  EXPECT_EQ(MakePlan(m, 2 * kGiB, five).prefill_chunk, 5);
+  // A cap above what fits: the plan takes what fits (the dry run notes the cap).
+  PlanOptions huge = o;
+  huge.prefill_chunk = 1 << 20;
+  const MemoryPlan h = MakePlan(m, floor + 40 * kMiB, huge);
+  EXPECT_LT(h.prefill_chunk_fits, 4096);
+  EXPECT_EQ(h.prefill_chunk_cap, 4096);  // the context
+  EXPECT_LE(h.total, floor + 40 * kMiB);
+  // Kept prompt logits (--perplexity) cost a vocabulary row per chunk token, twice, plus the row.
+  EXPECT_EQ(ScratchRowBytes(m.cfg, true) - ScratchRowBytes(m.cfg), 4 * (2 * m.cfg.vocab_size + m.cfg.hidden_size));
+  // Everything resident: nothing to read at any chunk, so the largest that fits.
+  const MemoryPlan all = MakePlan(m, 8 * kGiB, o);
+  EXPECT_EQ(all.prefill_chunk, 4096);
+}
+
+// Scratch per chunk row, counted here from the buffers of compute's pass (forward.cpp, kda.cpp,
+// mla.cpp, ffn.cpp) for the synthetic model: (blocks + 4)·H + 1 + K for the pass, plus the
+// largest layer's own buffers.
+TEST(MemoryPlan, ScratchRowCountsTheLargestLayersBuffers) {
+  const ModelConfig c = synthetic::SyntheticConfig(8, 4);  // H 256, 2 blocks of 4, K 4, E 16
+  const int64_t pass = (2 + 4) * 256 + 1 + 4;
+  const int64_t kda = 6 * 128 + 32 + 4;                                 // q k v gate z y, f_a, beta
+  const int64_t mla = 0 + 4 * 48 + 64 + 16 + 2 * 4 * 32 + 4;           // cq (no q_lora), q, ckv, attn+gate, rows
+  const int64_t dense = 2 * 512;                                        // a, b
+  const int64_t moe = 16 + 16 + 256 + 256 + std::max(2 * 128, 4 * 256 + 256);  // latent = H here
+  EXPECT_EQ(ScratchRowBytes(c), 4 * (pass + std::max({kda, mla, dense, moe})));
+}
+
 // ---------------------------- the real release ----------------------------
 
 class RealRelease : public ::testing::Test {
@@ -611,7 +710,8 @@ TEST_F(RealRelease, EveryTrunkTensorIsInTheIndexInItsLayersShard) {
 
 TEST_F(RealRelease, PlansAt2G4G8G32G128G) {
   const PlanModel m = PlanModelFromConfig(*cfg_);
-  const PlanOptions o;
+  PlanOptions o;
+  o.prefill_chunk = kFloorChunk;  // one chunk: more budget pins at least as many layers
   const int64_t floor = PlanFloor(m, o);
   std::cout << "real floor (context " << o.context << "): " << FormatBytes(floor) << "\n";
   // Issue 16: trunk pieces bring the floor at context 4096 to at most 2.0 GiB (5.67 GiB with
