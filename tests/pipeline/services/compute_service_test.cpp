@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "common/model_config.h"
@@ -52,6 +53,7 @@ class ComputeServiceTest : public ::testing::Test {
     ipc::SlotTable::Format(experts_, slots, expert_slot);
     compute_ep_.set(zmq::sockopt::linger, 0);
     compute_ep_.set(zmq::sockopt::router_handover, 1);  // a restarted compute takes its identity over
+    compute_ep_.set(zmq::sockopt::router_mandatory, 1);  // an unknown peer is an error, not a drop
     compute_ep_.bind(launcher_.Endpoint("compute"));
 
     reader_ = Child({K3_TRUNK_READER, "--model", model_, "--control", launcher_.Endpoint("control"), "--bind",
@@ -93,8 +95,20 @@ class ComputeServiceTest : public ::testing::Test {
     experts_.Unlink();
   }
 
+  // Until the ROUTER knows compute's DEALER (ROUTER_MANDATORY refuses before): Ready comes on
+  // the control socket, and under load the compute socket's handshake can still be under way;
+  // without the retry the Generate was dropped and the test waited 60 s for nothing.
   void Send(const cp::Generate& g) {
-    ipc::SendMessage(compute_ep_, ipc::Encode(g), {}, "compute");
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    for (;;) {
+      try {
+        ipc::SendMessage(compute_ep_, ipc::Encode(g), {}, "compute");
+        return;
+      } catch (const std::exception&) {
+        if (std::chrono::steady_clock::now() > deadline) throw;
+        std::this_thread::sleep_for(10ms);
+      }
+    }
   }
   // A greedy Generate with the fields these tests vary.
   void Send(uint64_t id, std::vector<int32_t> ids, int32_t gen, bool full_recompute, int32_t chunk,
