@@ -141,6 +141,7 @@ void WriteCertificatePair(const std::string& name, const CurveKeys& keys) {
 
 CurveKeys ReadCertificate(const std::string& path, bool need_secret) {
   const std::string text = ReadSmallFile(path);
+  // A file that mentions a secret key anywhere (even outside the curve section) is kept as one.
   const bool holds_secret = text.find("secret-key") != std::string::npos;
   const auto bad = [&](int line, const std::string& why) {
     return BadInput(path + ":" + std::to_string(line) + ": not a CURVE certificate: " + why);
@@ -176,7 +177,7 @@ CurveKeys ReadCertificate(const std::string& path, bool need_secret) {
     if (!curve.emplace(name, value).second) throw bad(n, name + " twice");
   }
   if (!curve.count("public-key")) throw bad(n, "no curve public-key");
-  CheckKeyFileTrust(path, holds_secret || curve.count("secret-key") > 0);
+  CheckKeyFileTrust(path, holds_secret);
   CurveKeys k{curve["public-key"], {}};
   if (need_secret) {
     if (!curve.count("secret-key"))

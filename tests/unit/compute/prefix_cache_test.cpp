@@ -7,23 +7,12 @@
 
 #include "common/plan/memory_plan.h"
 #include "prefix_cache.h"
+#include "small_config.h"
 
 namespace k3::compute {
 namespace {
 
-// Three layers KDA, MLA, KDA; 2 KDA heads of dim 4 (proj 8), conv kernel 4 (windows of 3),
-// MLA latent 8 + rope 2.
-ModelConfig SmallConfig() {
-  ModelConfig c;
-  c.num_layers = 3;
-  c.layer_kind = {MixerKind::KDA, MixerKind::MLA, MixerKind::KDA};
-  c.kda_heads = 2;
-  c.kda_head_dim = 4;
-  c.conv_kernel = 4;
-  c.kv_lora_rank = 8;
-  c.qk_rope_head_dim = 2;
-  return c;
-}
+using fixtures::SmallConfig;
 
 // A state that consumed n positions; `mark` tells snapshots apart.
 SequenceState StateAfter(const ModelConfig& cfg, int64_t n, float mark) {

@@ -17,6 +17,7 @@
 
 #include "prefix_store.h"
 #include "prefix_store_rules.h"
+#include "small_config.h"
 
 namespace k3::compute {
 namespace {
@@ -24,19 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using store::EntryKey;
 
-// Three layers KDA, MLA, KDA; 2 KDA heads of dim 4 (proj 8), conv kernel 4, MLA latent 8 + rope 2.
-ModelConfig SmallConfig() {
-  ModelConfig c;
-  c.num_layers = 3;
-  c.layer_kind = {MixerKind::KDA, MixerKind::MLA, MixerKind::KDA};
-  c.kda_heads = 2;
-  c.kda_head_dim = 4;
-  c.conv_kernel = 4;
-  c.kv_lora_rank = 8;
-  c.qk_rope_head_dim = 2;
-  c.vocab_size = 1000;
-  return c;
-}
+using fixtures::SmallConfig;
 
 // A state that consumed n positions, every float telling it apart (`tag`).
 SequenceState StateAfter(const ModelConfig& cfg, int64_t n, float tag) {
