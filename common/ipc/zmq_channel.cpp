@@ -144,8 +144,10 @@ std::optional<RawMessage> RecvRaw(zmq::socket_t& s, bool router) {
       more = part.more();
       raw.frames.push_back(std::move(part));
     }
-    if (router && !raw.frames.empty())
+    if (router && !raw.frames.empty()) {
       if (const char* uid = zmq_msg_gets(raw.frames[0].handle(), "User-Id")) raw.user_id = uid;
+      raw.source_fd = zmq_msg_get(raw.frames[0].handle(), ZMQ_SRCFD);
+    }
   } catch (const zmq::error_t& e) {
     throw RuntimeFailure(std::string("zmq recv: ") + e.what());
   }

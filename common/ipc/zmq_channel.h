@@ -54,6 +54,7 @@ struct Received {
   Msg message;
   zmq::message_t bulk_frame;  // empty when the message had none; kept as received (no copy)
   std::string user_id;        // ROUTER with CURVE: the sender's Z85 public key (ZAP user id)
+  int source_fd = -1;         // ROUTER: the socket ZeroMQ read it from (ZMQ_SRCFD), -1 if none
   std::span<const uint8_t> bulk() const {
     return {static_cast<const uint8_t*>(bulk_frame.data()), bulk_frame.size()};
   }
@@ -64,6 +65,7 @@ struct RawMessage {
   std::string identity;
   std::vector<zmq::message_t> frames;
   std::string user_id;  // ROUTER only: the "User-Id" property (ZAP), empty without one
+  int source_fd = -1;   // ROUTER only: ZMQ_SRCFD of the first frame, -1 where the transport has none
 };
 // Receives all parts of one message without blocking; nullopt if none is waiting.
 std::optional<RawMessage> RecvRaw(zmq::socket_t& s, bool router);
@@ -100,7 +102,7 @@ std::optional<Received<Msg>> ReceiveVerified(zmq::socket_t& s, bool router,
       rejects.last_reason = r.error();
       continue;
     }
-    Received<Msg> out{std::move(raw->identity), std::move(r).value(), {}, std::move(raw->user_id)};
+    Received<Msg> out{std::move(raw->identity), std::move(r).value(), {}, std::move(raw->user_id), raw->source_fd};
     if (f.size() == 3) out.bulk_frame = std::move(f[2]);
     return out;
   }

@@ -7,6 +7,7 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -43,6 +44,68 @@ class Charge {
   std::shared_ptr<std::atomic<int>> count_;
 };
 
+// A connection's replies handed to ZeroMQ and not yet gone, and when one last went out first
+// or left: the reply deadline (client_shares.h RepliesOverdue) reads it.
+struct ReplyClock {
+  std::atomic<int> out{0};
+  std::atomic<int64_t> last_progress_ns{0};
+  void Out() {
+    if (out.fetch_add(1) == 0) Touch();
+  }
+  void Back() {
+    out.fetch_sub(1);
+    Touch();
+  }
+  std::chrono::steady_clock::time_point LastProgress() const {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(last_progress_ns.load()));
+  }
+
+ private:
+  void Touch() {
+    last_progress_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+};
+
+// One buffer's bytes counted against its client's share of the pool, from the start of its read
+// until ZeroMQ has sent or dropped them; after Send, also one reply out on its connection.
+class Hold {
+ public:
+  Hold() = default;
+  Hold(std::shared_ptr<std::atomic<uint64_t>> client_bytes, uint64_t bytes)
+      : client_(std::move(client_bytes)), bytes_(bytes) {
+    *client_ += bytes_;
+  }
+  Hold(Hold&& o) noexcept : client_(std::move(o.client_)), conn_(std::move(o.conn_)), bytes_(o.bytes_) {}
+  Hold& operator=(Hold&& o) noexcept {
+    if (this != &o) {
+      Drop();
+      client_ = std::move(o.client_);
+      conn_ = std::move(o.conn_);
+      bytes_ = o.bytes_;
+    }
+    return *this;
+  }
+  Hold(const Hold&) = delete;
+  Hold& operator=(const Hold&) = delete;
+  ~Hold() { Drop(); }
+  void Send(std::shared_ptr<ReplyClock> conn) {
+    conn_ = std::move(conn);
+    conn_->Out();
+  }
+  void Drop() {
+    if (client_) *client_ -= bytes_;
+    client_.reset();
+    if (conn_) conn_->Back();
+    conn_.reset();
+  }
+
+ private:
+  std::shared_ptr<std::atomic<uint64_t>> client_;
+  std::shared_ptr<ReplyClock> conn_;
+  uint64_t bytes_ = 0;
+};
+
 class BufferPool {
  public:
   struct Buffer {
@@ -50,6 +113,7 @@ class BufferPool {
     uint8_t* data = nullptr;
     uint64_t capacity = 0;
     Charge charge;  // the client's in-flight count, held while ZeroMQ sends from this buffer
+    Hold hold;      // the client's share of the pool and the connection's reply out, likewise
   };
 
   BufferPool(uint64_t align, size_t keep, uint64_t max_bytes) : align_(align), keep_(keep), max_(max_bytes) {}
@@ -91,11 +155,12 @@ class BufferPool {
       held_ -= cap;
       throw std::bad_alloc();
     }
-    return new Buffer{this, data, cap, {}};
+    return new Buffer{this, data, cap, {}, {}};
   }
 
   void Put(Buffer* b) {
     b->charge.Drop();
+    b->hold.Drop();
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (free_.size() < keep_) {

@@ -22,8 +22,14 @@
 // connection; a request may name at most --max-request-experts experts; each client (CURVE
 // key, or connection when insecure) has at most --client-inflight experts between its request
 // and the moment ZeroMQ has sent (or dropped) the bytes; read buffers total at most
-// --buffer-mib. What exceeds a limit is answered with ExpertFailed, never queued.
+// --buffer-mib, and one client holds at most its share of them (client_shares.h), served
+// round robin; a connection none of whose replies has left for --reply-timeout seconds is
+// disconnected. What exceeds a limit is answered with ExpertFailed, never queued.
 #include <CLI/CLI.hpp>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <zmq.hpp>
 
 #include <cstdio>
@@ -53,6 +59,7 @@
 #include "common/service/service_shell.h"
 #include "common/tensor_names.h"
 #include "services/expert_server/buffer_pool.h"
+#include "services/expert_server/client_shares.h"
 #include "common/process_init.h"
 
 namespace k3::svc {
@@ -72,6 +79,7 @@ struct Flags {
   int max_request_experts = 64;
   int client_inflight = 64;
   int64_t buffer_mib = 256;
+  double reply_timeout = 30;  // seconds a connection may leave every reply untaken
 };
 
 // One expert being read: who asked, and where its bytes sit in the aligned read buffer.
@@ -83,6 +91,37 @@ struct Pending {
   BufferPool::Buffer* buf = nullptr;
   Charge charge;  // against the client's --client-inflight
 };
+
+// One ZeroMQ connection (ROUTER identity): its socket, to disconnect it when it takes no
+// replies, and its replies out.
+struct Connection {
+  std::string client;
+  int fd = -1;       // ZMQ_SRCFD of its messages; -1 where the transport has none (inproc)
+  std::string peer;  // getpeername of fd when first seen: checked again before a disconnect
+  std::shared_ptr<ReplyClock> replies = std::make_shared<ReplyClock>();
+  bool overdue = false;  // overdue and could not be disconnected: its requests are refused
+};
+
+// "address:port" of a socket's peer, or "" when it has none (not a TCP/IPC socket, closed).
+std::string PeerOf(int fd) {
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return {};
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return {};
+  char host[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    return "[" + std::string(host) + "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  return a.ss_family == AF_UNIX ? "unix:" + std::to_string(fd) : std::string();
+}
 
 // A request being served, to drop a re-sent copy (same client, id, layer, expert).
 using ActiveKey = std::tuple<std::string, uint64_t, int, int>;
@@ -108,6 +147,7 @@ class ExpertServer {
         const ByteRange range = ExpertRange(*ck_, l, e);
         widest = std::max(widest, Widen(range, worker_->file_size(range.shard)).wlength());
       }
+    widest_ = (widest + kReadAlign - 1) / kReadAlign * kReadAlign;
     if (widest > static_cast<uint64_t>(f_.buffer_mib) << 20)
       throw UsageError("--buffer-mib " + std::to_string(f_.buffer_mib) + " holds no read of the widest expert (" +
                        FormatBytes(widest) + ")");
@@ -142,12 +182,13 @@ class ExpertServer {
       for (const ReadDone& d : worker_->TakeCompleted()) Finish(d);
       while (auto m = ipc::ReceiveVerified(*router_, true, ipc::DecodeExperts, ipc::Clock::now(), rejects_)) {
         if (const auto* r = std::get_if<x::ExpertRequest>(&m->message)) {
-          OnRequest(m->identity, m->user_id, *r);
+          OnRequest(m->identity, m->user_id, m->source_fd, *r);
         } else {
           ++rejects_.rejected;
           rejects_.last_reason = "not an ExpertRequest";
         }
       }
+      DropOverdue();
       StartWaiting();
     }
   }
@@ -155,12 +196,13 @@ class ExpertServer {
   void Report() const {
     std::fprintf(stderr, "[expert-server] stats: %llu experts sent, %s in %.2f s of reads (%.0f MB/s), %llu failed, "
                  "%llu rejected messages, %llu over a limit, %llu re-sent requests dropped, %llu keys refused, "
-                 "buffers peaked at %s\n",
+                 "%llu connections dropped for untaken replies, buffers peaked at %s\n",
                  static_cast<unsigned long long>(sent_), FormatBytes(bytes_).c_str(), read_seconds_,
                  MBps(bytes_, read_seconds_), static_cast<unsigned long long>(failed_),
                  static_cast<unsigned long long>(rejects_.rejected), static_cast<unsigned long long>(over_limit_),
                  static_cast<unsigned long long>(duplicates_),
-                 static_cast<unsigned long long>(zap_ ? zap_->refused_count() : 0), FormatBytes(pool_.peak_bytes()).c_str());
+                 static_cast<unsigned long long>(zap_ ? zap_->refused_count() : 0),
+                 static_cast<unsigned long long>(overdue_dropped_), FormatBytes(pool_.peak_bytes()).c_str());
   }
 
  private:
@@ -180,13 +222,42 @@ class ExpertServer {
     if (!c) c = std::make_shared<std::atomic<int>>(0);
     return c;
   }
+  std::shared_ptr<std::atomic<uint64_t>> ClientBytes(const std::string& client) {
+    if (held_.size() > 4096) std::erase_if(held_, [](const auto& kv) { return kv.second->load() == 0; });
+    auto& b = held_[client];
+    if (!b) b = std::make_shared<std::atomic<uint64_t>>(0);
+    return b;
+  }
+
+  // The connection a message came on, recorded when first seen.
+  Connection& ConnectionOf(const std::string& id, const std::string& client, int fd) {
+    if (conns_.size() > 4096)
+      std::erase_if(conns_, [](const auto& kv) { return kv.second.replies->out.load() == 0; });
+    auto [it, fresh] = conns_.try_emplace(id);
+    if (fresh) {
+      it->second.client = client;
+      it->second.fd = fd;
+      it->second.peer = PeerOf(fd);
+    }
+    return it->second;
+  }
+
+  // Clients with reads waiting or buffers out: the pool is shared among them.
+  size_t BusyClients() const {
+    std::set<std::string> busy;
+    for (const auto& [client, q] : waiting_)
+      if (!q.empty()) busy.insert(client);
+    for (const auto& [client, bytes] : held_)
+      if (bytes->load() > 0) busy.insert(client);
+    return busy.size();
+  }
 
   void OverLimit(const std::string& id, uint64_t rid, int layer, int expert, x::Error err, const std::string& why) {
     ++over_limit_;
     Answer(id, rid, layer, expert, err, why);
   }
 
-  void OnRequest(const std::string& id, const std::string& user, const x::ExpertRequest& m) {
+  void OnRequest(const std::string& id, const std::string& user, int source_fd, const x::ExpertRequest& m) {
     if (m.experts.size() > static_cast<size_t>(f_.max_request_experts)) {
       OverLimit(id, m.request_id, m.layer, -1, x::Error::kOutOfRange,
                 "request names " + std::to_string(m.experts.size()) + " experts, this server takes at most " +
@@ -194,6 +265,14 @@ class ExpertServer {
       return;
     }
     const std::string client = user.empty() ? "connection " + HexId(id) : user;
+    Connection& conn = ConnectionOf(id, client, source_fd);
+    if (conn.overdue) {
+      for (int32_t e : m.experts)
+        OverLimit(id, m.request_id, m.layer, e, x::Error::kNoSlot,
+                  "this connection has taken none of its replies for " + FormatSeconds(f_.reply_timeout) +
+                      " (--reply-timeout)");
+      return;
+    }
     std::shared_ptr<std::atomic<int>> count = ClientCount(client);
     for (int32_t e : m.experts) {
       if (!cfg_.has_routed_expert(m.layer, e)) {
@@ -223,22 +302,100 @@ class ExpertServer {
       p.run = Widen(range, worker_->file_size(range.shard));
       p.charge = Charge(count);
       active_.insert(key);
-      waiting_.push_back(std::move(p));
+      waiting_[client].push_back(std::move(p));
     }
   }
 
-  // Starts waiting reads while the pool has room for their buffers.
+  // Starts waiting reads while the pool has room for their buffers: one read per client in turn
+  // (clients in key order, from the one after the last served), each within its share.
   void StartWaiting() {
-    while (!waiting_.empty()) {
-      Pending& p = waiting_.front();
-      p.buf = pool_.Get(p.run.wlength());
-      if (!p.buf) return;  // buffers come back as ZeroMQ sends them
-      const uint64_t tag = next_tag_++;
-      if (worker_->pending() == 0) t_busy_ = Clock::now();
-      worker_->Submit({tag, p.run.shard, {{p.run.wbegin, p.run.wlength(), p.buf->data}}});
-      pending_.emplace(tag, std::move(p));
-      waiting_.pop_front();
+    const uint64_t share = ClientShareBytes(static_cast<uint64_t>(f_.buffer_mib) << 20, widest_, BusyClients());
+    for (bool started = true; started;) {
+      started = false;
+      std::vector<std::string> order;
+      for (auto it = waiting_.upper_bound(last_served_); it != waiting_.end(); ++it) order.push_back(it->first);
+      for (auto it = waiting_.begin(); it != waiting_.end() && it->first <= last_served_; ++it)
+        order.push_back(it->first);
+      for (const std::string& client : order) {
+        std::deque<Pending>& q = waiting_[client];
+        if (q.empty()) continue;
+        Pending& p = q.front();
+        std::shared_ptr<std::atomic<uint64_t>> held = ClientBytes(client);
+        if (!MayStartRead(held->load(), p.run.wlength(), share)) continue;
+        p.buf = pool_.Get(p.run.wlength());
+        if (!p.buf) {  // buffers come back as ZeroMQ sends them
+          EraseIdleQueues();
+          return;
+        }
+        p.buf->hold = Hold(std::move(held), p.buf->capacity);
+        const uint64_t tag = next_tag_++;
+        if (worker_->pending() == 0) t_busy_ = Clock::now();
+        worker_->Submit({tag, p.run.shard, {{p.run.wbegin, p.run.wlength(), p.buf->data}}});
+        pending_.emplace(tag, std::move(p));
+        q.pop_front();
+        last_served_ = client;
+        started = true;
+      }
     }
+    EraseIdleQueues();
+  }
+
+  void EraseIdleQueues() {
+    std::erase_if(waiting_, [](const auto& kv) { return kv.second.empty(); });
+  }
+
+  // A connection none of whose replies has left for --reply-timeout: ZeroMQ would keep its
+  // buffers for as long as it stays connected, so it is disconnected (its socket shut down;
+  // ZeroMQ then drops what it queued and the buffers come back), and its waiting reads are
+  // dropped. Where the socket is unknown (inproc) or no longer the one first seen, its
+  // requests are refused until a reply leaves.
+  void DropOverdue() {
+    const auto now = Clock::now();
+    if (now < next_overdue_check_) return;
+    next_overdue_check_ = now + std::chrono::milliseconds(200);
+    const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(f_.reply_timeout));
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      Connection& c = it->second;
+      const bool overdue = RepliesOverdue(c.replies->out.load(), c.replies->LastProgress(), now, timeout);
+      if (!overdue) {
+        c.overdue = false;
+        ++it;
+        continue;
+      }
+      if (c.overdue) {
+        ++it;
+        continue;
+      }
+      DropWaitingOf(it->first, c.client);
+      const bool same_socket = !c.peer.empty() && PeerOf(c.fd) == c.peer;
+      std::fprintf(stderr, "[expert-server] %s (%s): none of its %d replies out has left for %s (--reply-timeout): %s\n",
+                   c.peer.empty() ? "a connection" : c.peer.c_str(), c.client.c_str(), c.replies->out.load(),
+                   FormatSeconds(f_.reply_timeout).c_str(),
+                   same_socket ? "disconnected" : "its socket is unknown, its requests are refused");
+      if (same_socket && shutdown(c.fd, SHUT_RDWR) == 0) {
+        ++overdue_dropped_;
+        it = conns_.erase(it);  // its buffers still count until ZeroMQ drops them (Hold)
+        continue;
+      }
+      c.overdue = true;
+      ++it;
+    }
+  }
+
+  void DropWaitingOf(const std::string& id, const std::string& client) {
+    auto q = waiting_.find(client);
+    if (q == waiting_.end()) return;
+    std::erase_if(q->second, [&](const Pending& p) {
+      if (p.identity != id) return false;
+      active_.erase(ActiveKey{p.client, p.request_id, p.layer, p.expert});
+      return true;
+    });
+  }
+
+  static std::string FormatSeconds(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g s", s);
+    return b;
   }
 
   static std::string HexId(const std::string& id) {
@@ -264,8 +421,9 @@ class ExpertServer {
       const std::span<const uint8_t> bytes(p.buf->data + p.run.lead(), p.run.length());
       const uint64_t sum = ipc::ExpertChecksum(bytes);
       // ZeroMQ sends straight from the read buffer and hands it back to the pool when done;
-      // the client's in-flight count goes down then, not before.
+      // the client's in-flight count and share go down then, not before.
       p.buf->charge = std::move(p.charge);
+      if (auto c = conns_.find(p.identity); c != conns_.end()) p.buf->hold.Send(c->second.replies);
       zmq::message_t frame(p.buf->data + p.run.lead(), p.run.length(), &BufferPool::Release, p.buf);
       ipc::SendMessageMoving(*router_,
                              ipc::Encode(x::ExpertBytes{p.request_id, p.layer, p.expert, p.run.length(), sum}),
@@ -286,9 +444,15 @@ class ExpertServer {
   std::optional<ipc::ZapHandler> zap_;  // before router_: the socket closes first
   std::optional<zmq::socket_t> router_;
   std::map<uint64_t, Pending> pending_;  // reads submitted, by tag
-  std::deque<Pending> waiting_;          // accepted, waiting for a buffer
+  std::map<std::string, std::deque<Pending>> waiting_;  // accepted, waiting for a buffer, per client
+  std::string last_served_;                              // the client whose read started last
   std::set<ActiveKey> active_;           // accepted and not answered yet
   std::map<std::string, std::shared_ptr<std::atomic<int>>> clients_;  // in-flight count per client
+  std::map<std::string, std::shared_ptr<std::atomic<uint64_t>>> held_;  // buffer bytes per client
+  std::map<std::string, Connection> conns_;                            // by ROUTER identity
+  uint64_t widest_ = 0;  // the widest expert read, aligned as the pool allocates it
+  Clock::time_point next_overdue_check_;
+  uint64_t overdue_dropped_ = 0;
   uint64_t next_tag_ = 1, sent_ = 0, bytes_ = 0, failed_ = 0, over_limit_ = 0, duplicates_ = 0;
   double read_seconds_ = 0;
   Clock::time_point t_busy_;
@@ -326,6 +490,10 @@ int Main(int argc, char** argv) {
   app.add_option("--buffer-mib", f.buffer_mib,
                  "read buffers in MiB, at most; reads wait for a buffer beyond it (default 256)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  app.add_option("--reply-timeout", f.reply_timeout,
+                 "seconds a connection may leave all of its replies untaken before it is disconnected and "
+                 "its buffers return to the pool (default 30)")
+      ->check(CLI::Range(0.1, 86400.0));
   if (!ParseCommandLine(app, argc, argv, "k3-expert-server")) return kExitOk;
   if (keygen->parsed()) {
     ipc::WriteCertificatePair(keygen_name, ipc::GenerateCurveKeys());

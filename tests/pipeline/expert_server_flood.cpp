@@ -11,7 +11,8 @@
 //                                     the kernel's buffers are full the answers stay queued at the
 //                                     server, and the key's in-flight count stays at its limit),
 //                                     then N requests as above (--hold-client-key: the holding
-//                                     connection uses that key instead)
+//                                     connection uses that key instead; --delay D: the N requests
+//                                     go out D seconds after the holding, the holder still connected)
 //   --first-moe-layer L, --num-experts E   which experts exist (the model's config)
 //   --seconds S                      how long to collect replies (default 5)
 //
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   namespace x = k3::ipc::experts;
   std::string endpoint, server_key, client_key, hold_client_key;
   int hold = 0, huge = 0, frame_mib = 256, experts = 0, requests = 0, connections = 1, first_layer = 0, num_experts = 1;
-  double seconds = 5;
+  double seconds = 5, delay = 0;
   CLI::App app{"expert_server_flood: junk and floods for k3-expert-server"};
   app.add_option("--endpoint", endpoint)->required();
   app.add_option("--server-key", server_key);
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
   app.add_option("--first-moe-layer", first_layer);
   app.add_option("--num-experts", num_experts);
   app.add_option("--seconds", seconds);
+  app.add_option("--delay", delay);
   CLI11_PARSE(app, argc, argv);
 
   zmq::context_t ctx;
@@ -99,6 +101,7 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all served or refused first
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(delay * 1000)));
   }
   if (huge > 0) {
     for (int i = 0; i < huge; ++i) {

@@ -98,10 +98,40 @@ class ExpertServerBoundsTest(unittest.TestCase):
             stats = self.stop_server(server)
         self.assertIn(" 0 failed", stats)
 
-    def flood(self, port, *args, seconds=5):
+    def test_a_client_that_takes_no_replies_does_not_starve_others(self):
+        # Issue 25 item 14. The holder asks for 1000 experts and never reads: ZeroMQ keeps every
+        # buffer it could not send yet. With one FIFO for one 1 MiB pool that was every buffer,
+        # and another key waited for ever; with per-client shares (at most half the pool while
+        # it is the only busy client) the other key is served at once.
+        port = free_port()
+        server = self.start_server(port, "--buffer-mib", 1, "--client-inflight", 1000)
+        try:
+            other = self.flood(port, "--hold", 1000, "--hold-client-key", os.path.join(self.tmp, "client_secret"),
+                               "--requests", 16, seconds=5, client_key="other_secret")
+            self.assertEqual((other["bytes"], other["failed"]), (16, {}), other)
+        finally:
+            stats = self.stop_server(server)
+        self.assertIn(" 0 failed", stats)
+
+    def test_a_connection_that_takes_no_replies_is_dropped_at_the_reply_timeout(self):
+        # The holder keeps its key at --client-inflight 16 and never reads. After --reply-timeout
+        # (1 s) without a reply leaving, the server shuts its socket down: ZeroMQ drops what it
+        # queued, the key's charges come back, and a second connection with the same key, asking
+        # 4 s later while the holder is still connected, is served. Before, it was refused
+        # (NoSlot) for as long as the holder stayed connected.
+        port = free_port()
+        server = self.start_server(port, "--client-inflight", 16, "--reply-timeout", 1)
+        try:
+            same = self.flood(port, "--hold", 3000, "--delay", 4, "--requests", 16, seconds=5)
+            self.assertEqual((same["bytes"], same["failed"]), (16, {}), same)
+        finally:
+            stats = self.stop_server(server)
+        self.assertIn(" 1 connections dropped for untaken replies", stats)
+
+    def flood(self, port, *args, seconds=5, client_key="client_secret"):
         r = subprocess.run([FLOOD, "--endpoint", "tcp://127.0.0.1:%d" % port,
                             "--server-key", os.path.join(self.tmp, "server"),
-                            "--client-key", os.path.join(self.tmp, "client_secret"),
+                            "--client-key", os.path.join(self.tmp, client_key),
                             "--first-moe-layer", str(self.first_moe), "--num-experts", str(self.num_experts),
                             "--seconds", str(seconds)] + [str(a) for a in args],
                            capture_output=True, text=True, timeout=300)
