@@ -3,9 +3,14 @@
 #include "launcher/progress.h"
 
 namespace k3::launch {
+namespace {
+
+constexpr size_t kMaxLiveRequests = 64;  // cancelled mid-prefill ones never send their last Stats
+
+}  // namespace
 
 ProgressStep StatsProgress::Update(const std::string& service, const std::map<std::string, double>& st,
-                                   double since_start, double since_generate, bool chat) {
+                                   double since_start, double since_generate, ProgressMode mode) {
   auto get = [&](const char* k) {
     auto it = st.find(k);
     return it == st.end() ? -1.0 : it->second;
@@ -19,12 +24,24 @@ ProgressStep StatsProgress::Update(const std::string& service, const std::map<st
     pin_reported_ = true;
     return {ProgressStep::kInfo, text};
   }
-  if (service == "compute" && get("prefill_tokens_total") > 0 && !prefill_reported_) {
+  if (service == "compute" && get("prefill_tokens_total") > 0) {
     const double done = get("prefill_tokens_done"), total = get("prefill_tokens_total");
-    const std::string text = ProgressText("prefill", done, total, since_generate, false);
-    if (done < total) return {ProgressStep::kShow, text};
-    if (chat) return {ProgressStep::kClear, ""};
-    prefill_reported_ = true;
+    const double request = get("prefill_request");
+    const double seconds = get("prefill_seconds") >= 0 ? get("prefill_seconds") : since_generate;
+    const std::string text = ProgressText("prefill", done, total, seconds, false);
+    if (done < total) {
+      if (mode == ProgressMode::kServe) {
+        live_.insert(request);
+        if (live_.size() > kMaxLiveRequests) live_.erase(live_.begin());
+      }
+      return {ProgressStep::kShow, text};
+    }
+    if (mode == ProgressMode::kChat) return {ProgressStep::kClear, ""};
+    // The Stats map keeps the last prefill keys: a later compute Stats shows them again.
+    if (request == last_final_) return {};
+    last_final_ = request;
+    const bool was_live = live_.erase(request) > 0;
+    if (mode == ProgressMode::kServe && !was_live && seconds < kLongPrefillSeconds) return {};
     return {ProgressStep::kInfo, text};
   }
   return {};
