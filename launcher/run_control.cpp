@@ -62,8 +62,7 @@ void Runner::HandleControl(const ipc::Received<ipc::control::Message>& r) {
 void Runner::OnStats(const std::string& service) {
   const double since_start = std::chrono::duration<double>(Clock::now() - t0_).count();
   const double since_generate = std::chrono::duration<double>(Clock::now() - one_shot_.generate_time()).count();
-  const ProgressMode mode = chat_active_ ? ProgressMode::kChat : Serving() ? ProgressMode::kServe : ProgressMode::kOneShot;
-  const ProgressStep step = stats_progress_.Update(service, stats_[service], since_start, since_generate, mode);
+  const ProgressStep step = stats_progress_.Update(service, stats_[service], since_start, since_generate, chat_active_);
   switch (step.kind) {
     case ProgressStep::kShow: progress_.Show(step.text); break;
     case ProgressStep::kInfo: progress_.Info(step.text); break;

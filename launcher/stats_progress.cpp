@@ -3,14 +3,9 @@
 #include "launcher/progress.h"
 
 namespace k3::launch {
-namespace {
-
-constexpr size_t kMaxLiveRequests = 64;  // cancelled mid-prefill ones never send their last Stats
-
-}  // namespace
 
 ProgressStep StatsProgress::Update(const std::string& service, const std::map<std::string, double>& st,
-                                   double since_start, double since_generate, ProgressMode mode) {
+                                   double since_start, double since_generate, bool chat) {
   auto get = [&](const char* k) {
     auto it = st.find(k);
     return it == st.end() ? -1.0 : it->second;
@@ -27,21 +22,13 @@ ProgressStep StatsProgress::Update(const std::string& service, const std::map<st
   if (service == "compute" && get("prefill_tokens_total") > 0) {
     const double done = get("prefill_tokens_done"), total = get("prefill_tokens_total");
     const double request = get("prefill_request");
+    // The Stats map keeps the last prefill keys: a later compute Stats shows them again.
+    if (done >= total && request == last_final_ && !chat) return {};
     const double seconds = get("prefill_seconds") >= 0 ? get("prefill_seconds") : since_generate;
     const std::string text = ProgressText("prefill", done, total, seconds, false);
-    if (done < total) {
-      if (mode == ProgressMode::kServe) {
-        live_.insert(request);
-        if (live_.size() > kMaxLiveRequests) live_.erase(live_.begin());
-      }
-      return {ProgressStep::kShow, text};
-    }
-    if (mode == ProgressMode::kChat) return {ProgressStep::kClear, ""};
-    // The Stats map keeps the last prefill keys: a later compute Stats shows them again.
-    if (request == last_final_) return {};
+    if (done < total) return {ProgressStep::kShow, text};
+    if (chat) return {ProgressStep::kClear, ""};
     last_final_ = request;
-    const bool was_live = live_.erase(request) > 0;
-    if (mode == ProgressMode::kServe && !was_live && seconds < kLongPrefillSeconds) return {};
     return {ProgressStep::kInfo, text};
   }
   return {};

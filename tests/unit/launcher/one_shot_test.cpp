@@ -75,43 +75,39 @@ TEST(OneShot, OnlyTheNextTokenOfTheGenerateCounts) {
 TEST(StatsProgress, PinningThenPrefillEachEndWithOnePermanentLine) {
   StatsProgress p;
   const std::map<std::string, double> half = {{"pin_bytes_done", 1 << 20}, {"pin_bytes_total", 2 << 20}};
-  EXPECT_EQ(p.Update("trunk-reader", half, 1, 0, ProgressMode::kOneShot).kind, ProgressStep::kShow);
+  EXPECT_EQ(p.Update("trunk-reader", half, 1, 0, false).kind, ProgressStep::kShow);
   const std::map<std::string, double> all = {{"pin_bytes_done", 2 << 20}, {"pin_bytes_total", 2 << 20}, {"pin_seconds", 2}};
-  const ProgressStep done = p.Update("trunk-reader", all, 9, 0, ProgressMode::kOneShot);
+  const ProgressStep done = p.Update("trunk-reader", all, 9, 0, false);
   EXPECT_EQ(done.kind, ProgressStep::kInfo);
   EXPECT_NE(done.text.find("pinning trunk: 2.0 MiB of 2.0 MiB, 100%"), std::string::npos) << done.text;
-  EXPECT_EQ(p.Update("trunk-reader", all, 9, 0, ProgressMode::kOneShot).kind, ProgressStep::kNone);  // once
-  EXPECT_EQ(p.Update("trunk-reader", {}, 9, 0, ProgressMode::kOneShot).kind, ProgressStep::kNone);
+  EXPECT_EQ(p.Update("trunk-reader", all, 9, 0, false).kind, ProgressStep::kNone);  // once
+  EXPECT_EQ(p.Update("trunk-reader", {}, 9, 0, false).kind, ProgressStep::kNone);
 
   const std::map<std::string, double> pre = {{"prefill_tokens_done", 120}, {"prefill_tokens_total", 120}};
-  EXPECT_EQ(p.Update("compute", pre, 9, 4, ProgressMode::kOneShot), (ProgressStep{ProgressStep::kInfo,
+  EXPECT_EQ(p.Update("compute", pre, 9, 4, false), (ProgressStep{ProgressStep::kInfo,
                                                                   "[launch] prefill: 120 of 120, 100%, 30.0 tokens/s"}));
-  EXPECT_EQ(p.Update("compute", pre, 9, 4, ProgressMode::kOneShot).kind, ProgressStep::kNone);
+  EXPECT_EQ(p.Update("compute", pre, 9, 4, false).kind, ProgressStep::kNone);
 }
 
-// Serve: each request's prefill has its own clock (compute's prefill_seconds, not the first
-// Generate's), and each long one ends with its line, also when two are prefilled in one batch.
-TEST(StatsProgress, EveryLongServerRequestGetsItsLineAtItsOwnRate) {
+// A server's requests: each prefill has its own clock (compute's prefill_seconds, not the first
+// Generate's) and ends with its own line, also when two are prefilled in one batch.
+TEST(StatsProgress, EveryServerRequestGetsItsLineAtItsOwnRate) {
   StatsProgress p;
   auto stats = [](double request, double done, double total, double seconds) {
     return std::map<std::string, double>{{"prefill_request", request}, {"prefill_tokens_done", done},
                                          {"prefill_tokens_total", total}, {"prefill_seconds", seconds}};
   };
-  const ProgressMode serve = ProgressMode::kServe;
-  // since_generate (here 500 s) is the launcher's clock of no request in serve mode: unused.
-  EXPECT_EQ(p.Update("compute", stats(7, 40, 200, 0.5), 900, 500, serve),
+  // since_generate (500 s) is the clock of no request in serve mode: unused.
+  EXPECT_EQ(p.Update("compute", stats(7, 40, 200, 0.5), 900, 500, false),
             (ProgressStep{ProgressStep::kShow, "[launch] prefill: 40 of 200, 20%, 80.0 tokens/s, ETA 2 s"}));
-  EXPECT_EQ(p.Update("compute", stats(8, 10, 100, 0.25), 900, 500, serve).kind, ProgressStep::kShow);
-  EXPECT_EQ(p.Update("compute", stats(7, 200, 200, 2), 900, 500, serve),
+  EXPECT_EQ(p.Update("compute", stats(8, 10, 100, 0.25), 900, 500, false).kind, ProgressStep::kShow);
+  EXPECT_EQ(p.Update("compute", stats(7, 200, 200, 2), 900, 500, false),
             (ProgressStep{ProgressStep::kInfo, "[launch] prefill: 200 of 200, 100%, 100.0 tokens/s"}));
-  EXPECT_EQ(p.Update("compute", stats(7, 200, 200, 2), 900, 500, serve).kind, ProgressStep::kNone);  // once
-  // Request 8 was shown live: its short prefill ends with its line too.
-  EXPECT_EQ(p.Update("compute", stats(8, 100, 100, 0.5), 900, 500, serve),
+  EXPECT_EQ(p.Update("compute", stats(7, 200, 200, 2), 900, 500, false).kind, ProgressStep::kNone);  // once
+  EXPECT_EQ(p.Update("compute", stats(8, 100, 100, 0.5), 900, 500, false),
             (ProgressStep{ProgressStep::kInfo, "[launch] prefill: 100 of 100, 100%, 200.0 tokens/s"}));
-  // One chunk, quick: no line; one chunk that took 3 s: its line.
-  EXPECT_EQ(p.Update("compute", stats(9, 12, 12, 0.01), 900, 500, serve).kind, ProgressStep::kNone);
-  EXPECT_EQ(p.Update("compute", stats(10, 300, 300, 3), 900, 500, serve),
-            (ProgressStep{ProgressStep::kInfo, "[launch] prefill: 300 of 300, 100%, 100.0 tokens/s"}));
+  EXPECT_EQ(p.Update("compute", stats(9, 12, 12, 0.01), 900, 500, false),
+            (ProgressStep{ProgressStep::kInfo, "[launch] prefill: 12 of 12, 100%, 1200.0 tokens/s"}));
 }
 
 TEST(StatsProgress, EveryChatTurnHasALivePrefillLineOnly) {
@@ -119,9 +115,9 @@ TEST(StatsProgress, EveryChatTurnHasALivePrefillLineOnly) {
   const std::map<std::string, double> part = {{"prefill_tokens_done", 30}, {"prefill_tokens_total", 120}};
   const std::map<std::string, double> all = {{"prefill_tokens_done", 120}, {"prefill_tokens_total", 120}};
   for (int turn = 0; turn < 2; ++turn) {
-    EXPECT_EQ(p.Update("compute", part, 9, 3, ProgressMode::kChat),
+    EXPECT_EQ(p.Update("compute", part, 9, 3, true),
               (ProgressStep{ProgressStep::kShow, "[launch] prefill: 30 of 120, 25%, 10.0 tokens/s, ETA 9 s"}));
-    EXPECT_EQ(p.Update("compute", all, 9, 4, ProgressMode::kChat).kind, ProgressStep::kClear);
+    EXPECT_EQ(p.Update("compute", all, 9, 4, true).kind, ProgressStep::kClear);
   }
 }
 
