@@ -16,8 +16,6 @@ import math
 import os
 import re
 import shutil
-import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -117,7 +115,6 @@ class ServerUxTest(unittest.TestCase):
         """The official client's requests, in one node process (each start costs a second on a busy
         machine), run when a case first needs them: what those cases check."""
         if ServerUxTest._sdk is None:
-            t0 = time.time()
             ServerUxTest._sdk = dict(zip(
                 ("models", "chat", "timings", "streamed", "long0", "long1", "default", "over", "over_chat"),
                 self.srv.client("sequence", list=[
@@ -131,22 +128,12 @@ class ServerUxTest(unittest.TestCase):
                     {"model": NAME, "prompt": PROMPT, "ignore_eos": True},
                     {"model": NAME, "prompt": PROMPT, "max_tokens": LIMIT + 1},
                     {"model": NAME, "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": LIMIT + 1}])))
-            if os.environ.get("K3_TEST_TIMES"):
-                print("the SDK's requests took %.2f s: %s" % (time.time() - t0, {k: v.get("ms") for k, v in self._sdk.items()}),
-                      file=sys.stderr)
         return ServerUxTest._sdk
 
     @classmethod
     def tearDownClass(cls):
         cls.srv.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        self._t0 = time.monotonic()
-
-    def tearDown(self):
-        if os.environ.get("K3_TEST_TIMES"):
-            print("%s: %.2f s" % (self._testMethodName, time.monotonic() - self._t0), file=sys.stderr)
 
     def open_stream(self, body):
         """A streamed completion whose first event has come: (the connection, its first bytes). Closing
