@@ -29,6 +29,7 @@ inline constexpr uint64_t kMaxTextFileBytes = 64ull << 20;     // k3-tokenizer's
 inline constexpr uint64_t kMaxHistoryFileBytes = 64ull << 20;    // a chat history (JSONL)
 inline constexpr uint64_t kMaxTokenizerFileBytes = 64ull << 20;  // tiktoken.model, tokenizer_config.json
 inline constexpr uint64_t kMaxModelJsonBytes = 256ull << 20;     // config.json, the index, a manifest
+inline constexpr uint64_t kMaxSecretFileBytes = 4ull << 10;      // api_key_file: one line (secret_file.h)
 
 // Checks that `path` is a regular file of at most `max_bytes` (opened O_NONBLOCK, so the check
 // never blocks) and returns its size. Otherwise throws Error(code, "<what> <path>: <reason>").

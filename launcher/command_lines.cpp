@@ -95,6 +95,13 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
   return out;
 }
 
+std::string ServedModelName(const LaunchOptions& opt) {
+  std::string name = opt.served_model_name;
+  if (name.empty()) name = std::filesystem::path(opt.model).lexically_normal().filename().string();
+  if (name.empty()) name = std::filesystem::path(opt.model).lexically_normal().parent_path().filename().string();
+  return name;
+}
+
 ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,
                                  const RunEndpoints& ep, const std::vector<int32_t>& stop_ids, const std::vector<std::string>& wait_for) {
   std::vector<int> id_list(stop_ids.begin(), stop_ids.end());
@@ -104,9 +111,7 @@ ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m,
     if (!services.empty()) services.push_back(',');
     services.append(s);
   }
-  std::string name = opt.served_model_name;
-  if (name.empty()) name = std::filesystem::path(opt.model).lexically_normal().filename().string();
-  if (name.empty()) name = std::filesystem::path(opt.model).lexically_normal().parent_path().filename().string();
+  const std::string name = ServedModelName(opt);
   const int64_t threads = plan::ServeHttpThreads(opt.http_threads, opt.max_batch, opt.queue_size);
   auto num = [](double v) {
     char b[32];
@@ -119,6 +124,8 @@ ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m,
                                 "--vocab-size", std::to_string(m.cfg.vocab_size), "--context", std::to_string(opt.context),
                                 "--max-batch", std::to_string(opt.max_batch), "--queue-size", std::to_string(opt.queue_size),
                                 "--threads", std::to_string(threads), "--max-body-bytes", std::to_string(opt.max_body_bytes),
+                                "--max-tokens-default", std::to_string(opt.max_tokens_default),
+                                "--max-tokens-limit", std::to_string(opt.max_tokens_limit),
                                 "--prefill-chunk", std::to_string(p.prefill_chunk), "--wait-for", services,
                                 "--temperature", num(s.temperature), "--top-k", std::to_string(s.top_k),
                                 "--top-p", num(s.top_p), "--min-p", num(s.min_p), "--repeat-penalty", num(s.repeat_penalty),

@@ -43,6 +43,9 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
 ServiceCommand ServerCommandLine(const LaunchOptions& opt, const ModelLayout& m, const plan::MemoryPlan& p,
                                  const RunEndpoints& ep, const std::vector<int32_t>& stop_ids, const std::vector<std::string>& wait_for);
 
+// The model id k3-server serves: served_model_name, else the model directory's name.
+std::string ServedModelName(const LaunchOptions& opt);
+
 // Every routed expert has a slot: the fetcher reads them all ahead (--warm).
 bool AllExpertsResident(const ModelLayout& m, const plan::MemoryPlan& p);
 // Why compute will not send next-layer expert hints (docs/pipeline.md "Next-layer expert

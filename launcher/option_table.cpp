@@ -135,7 +135,8 @@ std::vector<OptionSpec> MakeTable() {
        0, "none"},
       {"prompt_tokens", T::kInt, K3_FIELD(prompt_tokens), "N",
        "dry run: the prompt length the time to first token is priced for", 0, "the length of --ids, else none"},
-      {"out", T::kOutput, K3_FIELD(out), "FILE", "the run report (JSON)", 0},
+      {"out", T::kOutput, K3_FIELD(out), "FILE",
+       "the run report (JSON); with serve, where it serves once ready (url, host, port, model, pid)", 0},
       {"dump_logits", T::kOutput, K3_FIELD(dump_logits), "FILE", "float32 logits choosing the first token",
        kToCompute},
       {"probe_membw", T::kBool, K3_FIELD(probe_membw), "",
@@ -179,6 +180,10 @@ std::vector<OptionSpec> MakeTable() {
        "$K3_API_KEY; a KEY on the command line is overwritten in it once read; only k3-server gets the key, in "
        "its environment)",
        0},
+      {"api_key_file", T::kPath, K3_FIELD(api_key_file), "FILE",
+       "serve: read api_key from FILE, one line, which only its owner may read (mode 600), so the key is on no "
+       "command line and in no config; not with api_key",
+       0},
       {"insecure", T::kBool, K3_FIELD(insecure), "", "serve: allow a non-loopback address without api_key",
        kToServer},
       {"allowed_hosts", T::kStrings, K3_FIELD(allowed_hosts), "NAME",
@@ -194,6 +199,11 @@ std::vector<OptionSpec> MakeTable() {
        "max_batch + queue_size + 4 (0)"},
       {"max_body_bytes", T::kInt, K3_FIELD(max_body_bytes), "N",
        "serve: largest request body in bytes, at least 1024; larger: 413", kToServer},
+      {"max_tokens_default", T::kInt, K3_FIELD(max_tokens_default), "N",
+       "serve: generated tokens for a request without max_tokens (at most max_tokens_limit)", kToServer,
+       "0 (max_tokens_limit, or up to the context)"},
+      {"max_tokens_limit", T::kInt, K3_FIELD(max_tokens_limit), "N",
+       "serve: the most generated tokens a request may ask for; more: 400", kToServer, "0 (no limit)"},
   };
   t.insert(t.end(), rest.begin(), rest.end());
   return t;

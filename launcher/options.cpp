@@ -22,6 +22,8 @@
 #include "common/ipc/curve.h"
 #include "common/id_list.h"
 #include "common/loopback.h"
+#include "common/max_tokens_policy.h"
+#include "common/secret_file.h"
 #include "common/user_file.h"
 #include "common/option_limits.h"
 #include "common/plan/read_price.h"
@@ -261,6 +263,11 @@ void HideSecretArgs(int argc, char** argv) {
 std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   std::optional<LaunchOptions> opt = ReadLaunchOptions(argc, argv);
   HideSecretArgs(argc, argv);
+  if (opt && !opt->api_key_file.empty()) {
+    if (opt->serve.empty()) throw UsageError("--api-key-file needs --serve");
+    if (!opt->api_key.empty()) throw UsageError("api_key and api_key_file exclude each other: give one");
+    opt->api_key = ReadSecretFile(opt->api_key_file, "api_key_file");  // exit 7 naming it
+  }
   // The key may come from the environment, which other users cannot read (argv they can).
   if (opt && opt->api_key.empty())
     if (const char* k = std::getenv("K3_API_KEY"); k && *k) opt->api_key = k;
@@ -347,8 +354,8 @@ void CheckOptions(const LaunchOptions& opt) {
   }
   if (opt.chat || !opt.prompt.empty() || !opt.prompt_file.empty() || !opt.ids.empty())
     throw UsageError("--serve takes its prompts over HTTP: no --chat, --prompt, --prompt-file or --ids");
-  if (!opt.save_state.empty() || !opt.load_state.empty() || opt.perplexity || opt.logprobs >= 0 || !opt.out.empty())
-    throw UsageError("--serve has no --save-state, --load-state, --perplexity, --logprobs or --out (requests ask for logprobs)");
+  if (!opt.save_state.empty() || !opt.load_state.empty() || opt.perplexity || opt.logprobs >= 0)
+    throw UsageError("--serve has no --save-state, --load-state, --perplexity or --logprobs (requests ask for logprobs)");
   const size_t colon = opt.serve.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == opt.serve.size() ||
       opt.serve.find_first_not_of("0123456789", colon + 1) != std::string::npos || opt.serve.size() - colon > 6 ||
@@ -363,6 +370,8 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.queue_size < 0 || opt.queue_size > (1 << 20)) throw UsageError("queue_size must be 0 to 1048576");
   if (opt.http_threads < 0 || opt.http_threads > 4096) throw UsageError("http_threads must be 0 (automatic) to 4096");
   if (opt.max_body_bytes < 1024) throw UsageError("max_body_bytes must be at least 1024");
+  if (const std::string bad = MaxTokensPolicyProblem({opt.max_tokens_default, opt.max_tokens_limit}); !bad.empty())
+    throw UsageError(bad);
 }
 
 }  // namespace k3::launch

@@ -81,12 +81,15 @@ struct LaunchOptions {
   // Serve mode (--serve, docs/server.md): k3-server answers OpenAI-compatible HTTP requests.
   std::string serve;              // HOST:PORT ("" = not serving)
   std::string api_key;            // clients send "Authorization: Bearer KEY" ("" = none)
+  std::string api_key_file;       // the key read from this file (common/secret_file.h) instead
   bool insecure = false;          // a non-loopback serve address without api_key
   std::vector<std::string> allowed_hosts;  // serve without a key: further Host names (request_gate.h)
   std::string served_model_name;  // the model id clients name (default: the model directory's name)
   int64_t queue_size = 16;        // requests waiting for a place in the batch; more: 429
   int64_t http_threads = 0;       // HTTP connection threads (0: max_batch + queue_size + 4)
   int64_t max_body_bytes = 1 << 20;  // largest request body; larger: 413
+  int64_t max_tokens_default = 0;    // a request without max_tokens gets this (0: the limit, or the context)
+  int64_t max_tokens_limit = 0;      // a request asking for more is 400 (0: no limit)
 };
 
 // The most expert servers a run uses (the fetcher's RemoteReads::kMaxServers).

@@ -19,12 +19,16 @@ ProgressStep StatsProgress::Update(const std::string& service, const std::map<st
     pin_reported_ = true;
     return {ProgressStep::kInfo, text};
   }
-  if (service == "compute" && get("prefill_tokens_total") > 0 && !prefill_reported_) {
+  if (service == "compute" && get("prefill_tokens_total") > 0) {
     const double done = get("prefill_tokens_done"), total = get("prefill_tokens_total");
-    const std::string text = ProgressText("prefill", done, total, since_generate, false);
+    const double request = get("prefill_request");
+    // The Stats map keeps the last prefill keys: a later compute Stats shows them again.
+    if (done >= total && request == last_final_ && !chat) return {};
+    const double seconds = get("prefill_seconds") >= 0 ? get("prefill_seconds") : since_generate;
+    const std::string text = ProgressText("prefill", done, total, seconds, false);
     if (done < total) return {ProgressStep::kShow, text};
     if (chat) return {ProgressStep::kClear, ""};
-    prefill_reported_ = true;
+    last_final_ = request;
     return {ProgressStep::kInfo, text};
   }
   return {};

@@ -15,12 +15,16 @@ struct ProgressStep {
 class StatsProgress {
  public:
   // `since_start`: seconds since the services started; `since_generate`: since the Generate
-  // went out. In a chat every turn has its prefill: a live line only.
+  // went out (the prefill's clock when compute sends none of its own). Compute's prefill Stats
+  // name the request (prefill_request) and carry its own clock (prefill_seconds), so every
+  // request's prefill, one prompt's or each of a server's (alone or in a batch), ends with its
+  // permanent line at its own rate. In a chat every turn has its prefill: a live line only.
   ProgressStep Update(const std::string& service, const std::map<std::string, double>& stats, double since_start,
                       double since_generate, bool chat);
 
  private:
-  bool pin_reported_ = false, prefill_reported_ = false;  // their final line was shown
+  bool pin_reported_ = false;  // its final line was shown
+  double last_final_ = -2;     // the request whose final prefill line was shown (-1: Stats without one)
 };
 
 }  // namespace k3::launch

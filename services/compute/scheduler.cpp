@@ -44,6 +44,8 @@ struct Scheduler::Request {
   PipelineCounters at_start, at_prefill;
   bool cancel = false;  // a Cancel for it arrived
   std::unique_ptr<BatchedSequence> seq;
+  // Its own prefill clock and progress rate limit: requests prefilled in one batch each report.
+  Clock::time_point started{}, last_progress{};
 };
 
 Scheduler::Scheduler(const ModelConfig& cfg, Forward& fwd, const PipelineCounters& counters, SchedulerPort& port,
@@ -186,14 +188,17 @@ void Scheduler::FlushStep() {
   pending_step_.reset();
 }
 
-// Control Stats for the launcher's live progress line: after each prompt chunk, at most
-// every 0.25 s, and always for the last one.
-void Scheduler::PrefillProgress(int64_t done, int64_t total) {
+// Control Stats for the launcher's live progress line: after each prompt chunk of a request,
+// at most every 0.25 s, and always for the last one; with the request's id and the seconds
+// since its prefill began, so each request's line has its own rate.
+void Scheduler::PrefillProgress(Request& r, int64_t done, int64_t total) {
   const auto now = Clock::now();
-  if (done < total && now - last_progress_ < std::chrono::milliseconds(250)) return;
-  last_progress_ = now;
+  if (done < total && now - r.last_progress < std::chrono::milliseconds(250)) return;
+  r.last_progress = now;
   port_.Send(StatsOut{{S("prefill_tokens_done", static_cast<double>(done)),
-                       S("prefill_tokens_total", static_cast<double>(total))}});
+                       S("prefill_tokens_total", static_cast<double>(total)),
+                       S("prefill_seconds", std::chrono::duration<double>(now - r.started).count()),
+                       S("prefill_request", static_cast<double>(r.g.request_id))}});
 }
 
 void Scheduler::AnswerState(const cp::StateOp& op) {
@@ -264,10 +269,11 @@ GreedyHooks Scheduler::HooksFor(Request& r) {
     hooks.on_chosen = [this, &r](const float* logits, int32_t id, int64_t) {
       r.chosen_lp = TokenLogprobs(logits, cfg_.vocab_size, id, r.g.logprobs);
     };
+  r.started = Clock::now();
+  r.last_progress = {};
+  hooks.on_prefill_progress = [this, &r](int64_t done, int64_t total) { PrefillProgress(r, done, total); };
   // Waits of the decode steps alone (the prompt pass also waits for start-up reads), so the
   // launcher can show I/O wait per generated token.
-  last_progress_ = {};
-  hooks.on_prefill_progress = [this](int64_t done, int64_t total) { PrefillProgress(done, total); };
   hooks.after_prefill = [this, &r](const float* logits) {
     r.at_prefill = counters_;
     if (opt_.dump_logits.empty()) return;

@@ -125,7 +125,7 @@ class Scheduler {
   void OfferEnd(const Request& r, const std::vector<int32_t>& consumed_ids, const SequenceState& state, bool torn);
   void OfferToCache(std::span<const int32_t> consumed, const SequenceState& state);
   void Finish(Request& r, const GreedyResult& res);  // Stats, then Done
-  void PrefillProgress(int64_t done, int64_t total);
+  void PrefillProgress(Request& r, int64_t done, int64_t total);
   void AnswerState(const ipc::compute::StateOp& op);  // Save/Load/Reset (docs/formats.md "State file")
   void PollMessages();  // Cancels mark running requests; anything else waits in held_
   ipc::compute::Step MakeStep(int32_t sequences, int64_t rows, int64_t prefill_rows, double seconds,
@@ -139,7 +139,6 @@ class Scheduler {
   SchedulerPort& port_;
   SchedulerOptions opt_;
   bool interrupted_ = false;
-  Clock::time_point last_progress_{};
   // The forward state has consumed the first fwd_.position() of seq_ids_; the rest are fed
   // before the next prompt.
   std::vector<int32_t> seq_ids_;

@@ -7,6 +7,7 @@
 #include "common/ipc/protocol.h"
 #include "common/ipc/zmq_channel.h"
 #include "services/server/engine_errors.h"
+#include "services/server/status_headers.h"
 
 namespace k3::server {
 using ipc::Clock;
@@ -45,8 +46,9 @@ std::variant<std::shared_ptr<Job>, HttpError> Engine::Submit(RequestSpec spec) {
   if (spec.endpoint == Endpoint::kChat && !chat_error_.empty())
     return MakeHttpError(400, chat_error_, "invalid_request_error", "chat_unsupported");
   if (pending_ >= cfg_.queue_size)
-    return MakeHttpError(429, "the request queue is full (" + std::to_string(cfg_.queue_size) + " waiting); retry later",
-                         "rate_limit_error", "queue_full");
+    return WithRetryAfter(MakeHttpError(429, "the request queue is full (" + std::to_string(cfg_.queue_size) +
+                                             " waiting); retry later", "rate_limit_error", "queue_full"),
+                          metrics_.MeanRequestSeconds(), cfg_.max_batch);
   ++pending_;
   auto job = std::make_shared<Job>(next_job_++, std::move(spec));
   inbox_.push_back(job);

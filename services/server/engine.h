@@ -77,8 +77,10 @@ class Engine {
     size_t shown[3] = {0, 0, 0};  // of them, handed out
     bool queued = false, dispatched = false, cancel_sent = false, stop_matched = false;
     std::chrono::steady_clock::time_point dispatched_at;  // the Generate sent: first-token time starts
+    std::chrono::steady_clock::time_point first_token_at, last_token_at;  // arrivals here
     std::optional<ipc::compute::Done> done;
-    int64_t reasoning_tokens = 0;
+    int64_t reasoning_tokens = 0;  // ids before the answer's first (chat with thinking)
+    bool answer_started = false;
     explicit Active(std::shared_ptr<Job> j) : job(std::move(j)), stop(job->spec.stop) {}
   };
   enum class TokKind { kPrompt, kDecode, kControl };

@@ -99,6 +99,7 @@ void Engine::Dispatch() {
     running_.insert(id);
     a.dispatched = true;
     a.dispatched_at = std::chrono::steady_clock::now();
+    metrics_.QueueWait(std::chrono::duration<double>(a.dispatched_at - a.job->arrived).count());
     {
       std::lock_guard<std::mutex> lock(inbox_mu_);
       --pending_;
@@ -134,8 +135,12 @@ void Engine::HandleCompute() {
     if (const auto* t = std::get_if<cp::Token>(&r->message)) {
       const auto it = active_.find(t->request_id);
       if (it == active_.end() || t->index != static_cast<int32_t>(it->second.tokens.size())) continue;
-      if (t->index == 0)
-        metrics_.FirstToken(std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.dispatched_at).count());
+      const auto now = std::chrono::steady_clock::now();
+      if (t->index == 0) {
+        metrics_.FirstToken(std::chrono::duration<double>(now - it->second.dispatched_at).count());
+        it->second.first_token_at = now;
+      }
+      it->second.last_token_at = now;
       it->second.tokens.push_back(*t);
     } else if (const auto* d = std::get_if<cp::Done>(&r->message)) {
       const auto it = active_.find(d->request_id);

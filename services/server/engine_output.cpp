@@ -46,9 +46,14 @@ void Engine::Process(Active& a) {
     if (!ready) break;
     const bool ends = std::binary_search(stops.begin(), stops.end(), t.id);
     const Channel ch = chat ? a.split->Push(t.id) : Channel::kResponse;
+    // usage's reasoning_tokens: every id before the answer's first (the reasoning and the tags
+    // that close it and open the answer), so reasoning + answer ids = completion_tokens.
+    if (chat && a.job->spec.thinking && !a.answer_started) {
+      if (ch == Channel::kResponse) a.answer_started = true;
+      else ++a.reasoning_tokens;
+    }
     if (!ends && ch != Channel::kNone) {
       a.raw[static_cast<size_t>(ch)] += bytes_[t.id];
-      if (ch == Channel::kThink) ++a.reasoning_tokens;
       if (ch == Channel::kResponse && a.job->spec.logprobs >= 0) {
         TokenLogprob lp{bytes_[t.id], t.logprob, {}};
         for (const cp::TopLogprob& alt : t.top) lp.top.emplace_back(bytes_[alt.id], alt.logprob);
@@ -76,6 +81,11 @@ void Engine::Finish(uint64_t id) {
   if (done.reason == cp::StopReason::kCancelled && !a.stop_matched) return Fail(id, ClientGone(), Outcome::kCancelled);
   metrics_.Count(Outcome::kCompleted);
   metrics_.Tokens(static_cast<int64_t>(a.prompt.size()), done.stats.generated_tokens, done.stats.cached_tokens);
+  const size_t n = a.tokens.size();
+  metrics_.RequestDone(std::chrono::duration<double>(std::chrono::steady_clock::now() - a.job->arrived).count(),
+                       n >= 2 ? std::chrono::duration<double>(a.last_token_at - a.first_token_at).count() /
+                                    static_cast<double>(n - 1)
+                              : -1.0);
   {
     std::lock_guard<std::mutex> lock(a.job->mu);
     Job& j = *a.job;
@@ -85,6 +95,8 @@ void Engine::Finish(uint64_t id) {
     j.completion_tokens = done.stats.generated_tokens;
     j.cached_tokens = done.stats.cached_tokens;
     j.reasoning_tokens = a.reasoning_tokens;
+    j.prefill_seconds = done.stats.prefill_seconds;
+    j.seconds_per_token = done.stats.seconds_per_token;
     for (const cp::Token& t : a.tokens) j.token_ids.push_back(t.id);
     j.cv.notify_all();
   }

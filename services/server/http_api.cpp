@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "services/server/openai_response.h"
+#include "services/server/status_headers.h"
 #include "services/server/task_queue.h"
 
 namespace k3::server {
@@ -14,6 +15,7 @@ using nlohmann::json;
 
 void SendError(httplib::Response& res, const HttpError& e) {
   res.status = e.status;
+  for (const auto& [name, value] : e.headers) res.set_header(name, value);
   res.set_content(Dump(ErrorJson(e)), "application/json");
 }
 
@@ -48,6 +50,10 @@ void Complete(const httplib::Request& req, httplib::Response& res, Endpoint endp
     metrics.Count(Outcome::kInvalid);
     return SendError(res, {404, "the model '" + spec.model + "' does not exist; this server has '" + cfg.model_name + "'",
                            "invalid_request_error", "model_not_found"});
+  }
+  if (const std::optional<HttpError> e = ApplyMaxTokens(spec, cfg.max_tokens)) {
+    metrics.Count(Outcome::kInvalid);
+    return SendError(res, *e);
   }
   auto submitted = engine.Submit(std::move(spec));
   if (auto* e = std::get_if<HttpError>(&submitted)) {
@@ -152,8 +158,9 @@ void InstallRoutes(httplib::Server& svr, Engine& engine, Metrics& metrics, const
     if (OverloadedThread()) {
       metrics.Count(Outcome::kRejected);
       res.set_header("Connection", "close");
-      SendError(res, {429, "all " + std::to_string(cfg.threads) + " connection threads are busy; retry later",
-                      "rate_limit_error", "server_busy"});
+      SendError(res, WithRetryAfter({429, "all " + std::to_string(cfg.threads) + " connection threads are busy; retry later",
+                                     "rate_limit_error", "server_busy"},
+                                    metrics.MeanRequestSeconds(), cfg.max_batch));
       return httplib::Server::HandlerResponse::Handled;
     }
     const GateRequest g{req.method, req.path, req.get_header_value("Authorization"),
@@ -181,7 +188,7 @@ void InstallRoutes(httplib::Server& svr, Engine& engine, Metrics& metrics, const
   });
 
   auto model_json = [&cfg] {
-    return json{{"id", cfg.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "k3"}};
+    return json{{"id", cfg.model_name}, {"object", "model"}, {"created", cfg.created}, {"owned_by", "k3"}};
   };
   svr.Get("/v1/models", [model_json](const httplib::Request&, httplib::Response& res) {
     res.set_content(Dump({{"object", "list"}, {"data", json::array({model_json()})}}), "application/json");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "services/server/engine.h"
+#include "services/server/max_tokens.h"
 #include "services/server/metrics.h"
 #include "services/server/openai_request.h"
 
@@ -28,6 +29,9 @@ struct HttpConfig {
   // --allowed-hosts, with the bound port.
   std::vector<std::string> allowed_hosts;
   int port = 0;
+  int max_batch = 1;           // Retry-After's estimate (status_headers.h)
+  MaxTokensPolicy max_tokens;  // --max-tokens-default / --max-tokens-limit
+  int64_t created = 0;         // /v1/models' "created": when k3-server started (Unix seconds)
 };
 
 void InstallRoutes(httplib::Server& svr, Engine& engine, Metrics& metrics, const HttpConfig& cfg);

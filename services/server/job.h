@@ -5,6 +5,7 @@
 // the request from its queue or sends compute a Cancel.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -27,6 +28,7 @@ struct HttpError {
   std::string message;
   std::string type = "invalid_request_error";
   std::string code;  // "" = null
+  std::vector<std::pair<std::string, std::string>> headers{};  // e.g. Allow (405), Retry-After (429)
 };
 
 struct RequestSpec {
@@ -37,7 +39,8 @@ struct RequestSpec {
   std::vector<ChatMessage> messages;               // chat
   bool thinking = true;                            // chat: the template opens the reasoning channel
   std::string effort = "max";                      // chat: RenderChat's thinking_effort
-  std::optional<int64_t> max_tokens;               // absent: up to the context
+  std::optional<int64_t> max_tokens;               // absent: the server's default (max_tokens.h)
+  const char* max_tokens_field = "max_tokens";     // the request's name for it (chat: max_completion_tokens)
   ipc::compute::Sampling sampling;
   std::vector<std::string> stop;
   int32_t logprobs = -1;  // -1 off; N >= 0: each token's logprob and the N most likely
@@ -65,6 +68,7 @@ class Job {
 
   const uint64_t id;
   const RequestSpec spec;
+  const std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
   std::atomic<bool> client_gone{false};
 
   std::mutex mu;
@@ -75,6 +79,7 @@ class Job {
   std::deque<Delta> deltas;   // produced, not yet taken
   std::string finish_reason;  // kFinished: "stop" or "length"
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0, reasoning_tokens = 0;
+  double prefill_seconds = 0, seconds_per_token = 0;  // compute's RunStats (timings.h)
   std::vector<int32_t> prompt_ids, token_ids;
 };
 

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <iostream>
 #include <thread>
@@ -136,6 +137,10 @@ int Main(int argc, char** argv) {
   app.add_option("--threads", f.http.threads,
                  "HTTP connection threads (default 8); a connection beyond them is answered 429");
   app.add_option("--max-body-bytes", f.max_body_bytes, "largest request body, bytes (default 1 MiB); larger: 413");
+  app.add_option("--max-tokens-default", f.http.max_tokens.default_tokens,
+                 "generated tokens for a request without max_tokens (0: the limit, or up to the context)");
+  app.add_option("--max-tokens-limit", f.http.max_tokens.limit,
+                 "the most generated tokens a request may ask for; more: 400 (0: no limit)");
   app.add_option("--prefill-chunk", f.engine.prefill_chunk, "prompt tokens per forward chunk (0: compute's default)");
   app.add_option("--stop-ids", f.stop_ids, "ids that end every generation (the model's end ids), comma separated");
   app.add_option("--wait-for", f.wait_for, "services whose Ready /health waits for, comma separated");
@@ -170,11 +175,14 @@ int Main(int argc, char** argv) {
   if (f.max_body_bytes < 1024) throw UsageError("--max-body-bytes must be at least 1024");
   if (f.engine.context < 2) throw UsageError("--context must be at least 2");
   if (f.engine.vocab < 1) throw UsageError("--vocab-size must be positive");
+  if (const std::string bad = MaxTokensPolicyProblem(f.http.max_tokens); !bad.empty()) throw UsageError(bad);
   if (const std::string bad = SamplingProblem(s, -1); !bad.empty()) throw UsageError(bad);
   if (f.http.defaults.effort != "low" && f.http.defaults.effort != "high" && f.http.defaults.effort != "max")
     throw UsageError("--thinking-effort: '" + f.http.defaults.effort + "' is not low, high or max");
   f.http.defaults.thinking = !f.no_think;
   f.http.max_body_bytes = static_cast<size_t>(f.max_body_bytes);
+  f.http.max_batch = f.engine.max_batch;
+  f.http.created = static_cast<int64_t>(std::time(nullptr));
   if (!f.stop_ids.empty())
     for (int64_t id : ParseIdList(f.stop_ids, "--stop-ids", int64_t{f.engine.vocab}))
       f.engine.stop_ids.push_back(static_cast<int32_t>(id));

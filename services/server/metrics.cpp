@@ -59,9 +59,23 @@ void Metrics::OnStep(const ipc::compute::Step& s) {
 
 void Metrics::FirstToken(double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++first_tokens_;
-  first_token_seconds_ += seconds;
-  last_first_token_seconds_ = seconds;
+  first_token_.Observe(seconds);
+}
+
+void Metrics::QueueWait(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_wait_.Observe(seconds);
+}
+
+void Metrics::RequestDone(double seconds, double per_token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  duration_.Observe(seconds);
+  if (per_token >= 0) per_token_.Observe(per_token);
+}
+
+double Metrics::MeanRequestSeconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return duration_.count() > 0 ? duration_.sum() / static_cast<double>(duration_.count()) : 0.0;
 }
 
 void Metrics::OnServiceStats(const std::string& service, const std::vector<ipc::control::Stat>& stats) {
@@ -89,12 +103,13 @@ std::string Metrics::Prometheus() const {
          static_cast<double>(cached_));
   Metric(out, "k3_generated_tokens_total", "counter", "Tokens generated for finished requests.",
          static_cast<double>(generated_));
-  Metric(out, "k3_first_token_seconds_sum", "counter",
-         "Seconds from a request's Generate sent to compute to its first generated id, summed.", first_token_seconds_);
-  Metric(out, "k3_first_token_seconds_count", "counter", "Requests whose first generated id arrived.",
-         static_cast<double>(first_tokens_));
-  Metric(out, "k3_first_token_seconds", "gauge", "First-token time of the last request that had one.",
-         last_first_token_seconds_);
+  out += first_token_.Exposition("k3_first_token_seconds",
+                                  "Seconds from a request's Generate sent to compute to its first generated id.");
+  out += per_token_.Exposition("k3_time_per_output_token_seconds",
+                               "Per completed request: mean seconds between its generated ids as they arrived.");
+  out += queue_wait_.Exposition("k3_queue_wait_seconds",
+                                "Seconds from a request's arrival (encoding included) to its Generate sent to compute.");
+  out += duration_.Exposition("k3_request_duration_seconds", "Seconds from a request's arrival to its completion.");
   Metric(out, "k3_queue_depth", "gauge", "Requests waiting for a place in compute's batch.", static_cast<double>(queued_));
   Metric(out, "k3_running_requests", "gauge", "Requests compute is running.", static_cast<double>(running_));
   Metric(out, "k3_steps_total", "counter", "Forward passes compute reported (Step).", steps);

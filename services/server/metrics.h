@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/ipc/messages.h"
+#include "services/server/histogram.h"
 
 namespace k3::server {
 
@@ -26,6 +27,13 @@ class Metrics {
   void OnStep(const ipc::compute::Step& s);
   // A request's first generated id arrived `seconds` after its Generate was sent to compute.
   void FirstToken(double seconds);
+  // A request waited `seconds` from its submission (encoding included) to its Generate.
+  void QueueWait(double seconds);
+  // A request completed `seconds` after its submission; `per_token` is the mean time between
+  // its generated ids as they arrived (< 0: fewer than two ids, not observed).
+  void RequestDone(double seconds, double per_token);
+  // The mean duration of completed requests (0 before the first): Retry-After's estimate.
+  double MeanRequestSeconds() const;
   void OnServiceStats(const std::string& service, const std::vector<ipc::control::Stat>& stats);
   std::string Prometheus() const;
 
@@ -37,8 +45,7 @@ class Metrics {
   int64_t step_sequences_ = 0, last_sequences_ = 0, step_rows_ = 0, step_prefill_rows_ = 0, step_experts_ = 0;
   int64_t step_trunk_bytes_ = 0, step_expert_bytes_ = 0, last_step_bytes_ = 0;
   double step_seconds_ = 0, last_step_seconds_ = 0;
-  uint64_t first_tokens_ = 0;
-  double first_token_seconds_ = 0, last_first_token_seconds_ = 0;
+  Histogram first_token_, per_token_, queue_wait_, duration_;
   std::map<std::string, std::map<std::string, double>> service_;  // relayed Stats: service -> name -> value
 };
 

@@ -126,6 +126,7 @@ void ParseChat(const json& body, RequestSpec& r) {
   const json* mt = Field(body, name);
   if (!mt) mt = Field(body, name = "max_tokens");
   if (mt) r.max_tokens = Integer(*mt, name);
+  r.max_tokens_field = name;
   if (r.max_tokens && *r.max_tokens < 1) throw Bad{std::string("'") + name + "' must be at least 1"};
 }
 

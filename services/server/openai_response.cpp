@@ -1,5 +1,7 @@
 #include "services/server/openai_response.h"
 
+#include "services/server/timings.h"
+
 namespace k3::server {
 using nlohmann::json;
 
@@ -79,6 +81,7 @@ json FullResponse(const ResponseIds& ids, const Job& j, const std::vector<Delta>
   json r = Base(ids, IsChat(j) ? "chat.completion" : "text_completion");
   r["choices"] = json::array({choice});
   r["usage"] = UsageJson(j);
+  r["timings"] = TimingsJson(j);
   if (j.spec.return_token_ids) r["prompt_token_ids"] = j.prompt_ids;
   return r;
 }
@@ -103,6 +106,7 @@ json Chunk(const ResponseIds& ids, const Job& j, const Delta* d, bool first, con
   json r = Base(ids, IsChat(j) ? "chat.completion.chunk" : "text_completion");
   r["choices"] = json::array({choice});
   if (j.spec.include_usage) r["usage"] = nullptr;
+  if (!finish.empty()) r["timings"] = TimingsJson(j);  // the last chunk, as llama.cpp's server does
   return r;
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "services/server/status_headers.h"
+
 namespace k3::server {
 namespace {
 
@@ -70,12 +72,19 @@ std::optional<HttpError> CheckRequest(const GateRequest& r, const GateConfig& c)
                      "Host '" + r.host + "' is not this server's name (a web page reaching a key-less server through "
                      "another name is refused); allowed: see allowed_hosts",
                      "invalid_request_error", "host_not_allowed"};
+  if (std::optional<HttpError> e = MethodNotAllowed(r.method, r.path)) return e;
   if (r.method == "POST") {
     const std::string type = Lower(Trim(r.content_type.substr(0, r.content_type.find(';'))));
-    if (type != "application/json")
+    // No type at all is JSON when a key is asked: a page cannot send the key without a
+    // preflight, which is never granted. Without a key it stays refused: a page can send a
+    // body with no type (a Blob or an ArrayBuffer) as a simple request.
+    const bool untyped_with_key = Trim(r.content_type).empty() && !c.api_key.empty();
+    if (type != "application/json" && !untyped_with_key)
       return HttpError{415,
                        "the body must be JSON: send 'Content-Type: application/json'" +
-                           (r.content_type.empty() ? std::string() : " (got '" + r.content_type + "')"),
+                           (r.content_type.empty() ? std::string(" (a body without a type is taken as JSON only by a "
+                                                                 "server with an API key)")
+                                                   : " (got '" + r.content_type + "')"),
                        "invalid_request_error", "unsupported_media_type"};
   }
   return std::nullopt;

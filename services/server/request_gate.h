@@ -4,9 +4,13 @@
 // replies under its own host name; so:
 //   - an API key, when set: `Authorization: Bearer KEY` (the scheme in any case, RFC 7235;
 //     the key compared in constant time), else 401; /health is open;
+//   - a path asked with a method it does not answer: 405 with Allow (status_headers.h);
 //   - POST bodies must be JSON: `Content-Type: application/json` (parameters such as charset
 //     allowed), else 415; no browser can send that cross-origin without a preflight, which
-//     k3-server never answers with Access-Control-Allow-* headers;
+//     k3-server never answers with Access-Control-Allow-* headers. A body with no
+//     Content-Type at all is taken as JSON when an API key is asked (sending the key needs a
+//     preflight too), and is 415 without one (a page can send a type-less body, a Blob or an
+//     ArrayBuffer, as a simple request);
 //   - without an API key, the Host header must name this server: a name in `allowed_hosts`
 //     (by default the --listen host, the address bound, localhost, 127.0.0.1 and [::1]), with
 //     or without the bound port; "*" in the list allows any; else 403.

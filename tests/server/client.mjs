@@ -1,8 +1,11 @@
 // The test client of tests/server: the official openai npm package against k3-server.
 // Usage: node client.mjs '{"base": URL, "key": KEY, "op": OP, ...}'; prints one JSON result.
 //   models                  list + retrieve of an unknown id
+//   models_full             the list's data and the first model retrieved by its id
 //   create   {params}       one request (streamed when params.stream): the answer or the chunks
 //   concurrent {list, delays} several requests at once, each as `create`
+//   sequence {list}         several requests one after another, each as in `concurrent` (one node
+//                           start); an item {"op": "models_full"} is that op
 //   abort    {params, after} a stream the client aborts after `after` chunks
 //   error    {params}       a request expected to fail: its status and error object
 import OpenAI from "openai";
@@ -22,6 +25,11 @@ async function create(params) {
   return { chunks, ms: Date.now() - t0 };
 }
 
+async function modelsFull() {
+  const list = await client.models.list();
+  return { data: list.data, retrieved: await client.models.retrieve(list.data[0].id) };
+}
+
 async function main() {
   switch (spec.op) {
     case "models": {
@@ -34,6 +42,8 @@ async function main() {
       }
       return { ids: list.data.map((m) => m.id), unknown_status: unknown };
     }
+    case "models_full":
+      return await modelsFull();
     case "create":
       return await create(spec.params);
     case "concurrent":
@@ -43,6 +53,13 @@ async function main() {
           new Promise((r) => setTimeout(r, (spec.delays ?? [])[i] ?? 0))
             .then(() => create(p))
             .catch((e) => ({ status: e.status ?? null, error: e.error ?? String(e) }))));
+    case "sequence": {
+      const out = [];
+      for (const p of spec.list)
+        out.push(await (p.op === "models_full" ? modelsFull() : create(p))
+          .catch((e) => ({ status: e.status ?? null, error: e.error ?? String(e) })));
+      return out;
+    }
     case "abort": {
       const controller = new AbortController();
       const stream = await endpoint(spec.params).create(spec.params, { signal: controller.signal });

@@ -215,6 +215,8 @@ TEST(CommandLines, ServerArgv) {
   o.queue_size = 5;
   o.context = 512;
   o.sampling.temperature = 0.5f;
+  o.max_tokens_default = 256;
+  o.max_tokens_limit = 4096;
   ModelLayout m = Layout();
   m.cfg.vocab_size = 4352;
   const ServiceCommand c = ServerCommandLine(o, m, Plan(), Endpoints(), {4097, 4098}, {"trunk-reader", "compute"});
@@ -236,6 +238,8 @@ TEST(CommandLines, ServerArgv) {
   EXPECT_EQ(After(a, "--wait-for"), "trunk-reader,compute");
   EXPECT_EQ(After(a, "--prefill-chunk"), "192");  // the plan's chunk, not the cap
   EXPECT_EQ(After(a, "--temperature"), "0.5");
+  EXPECT_EQ(After(a, "--max-tokens-default"), "256");
+  EXPECT_EQ(After(a, "--max-tokens-limit"), "4096");
   EXPECT_FALSE(Has(a, "sekrit"));
   EXPECT_FALSE(Has(a, "--insecure"));
   o.served_model_name = "k3";

@@ -89,6 +89,27 @@ TEST(StatsProgress, PinningThenPrefillEachEndWithOnePermanentLine) {
   EXPECT_EQ(p.Update("compute", pre, 9, 4, false).kind, ProgressStep::kNone);
 }
 
+// A server's requests: each prefill has its own clock (compute's prefill_seconds, not the first
+// Generate's) and ends with its own line, also when two are prefilled in one batch.
+TEST(StatsProgress, EveryServerRequestGetsItsLineAtItsOwnRate) {
+  StatsProgress p;
+  auto stats = [](double request, double done, double total, double seconds) {
+    return std::map<std::string, double>{{"prefill_request", request}, {"prefill_tokens_done", done},
+                                         {"prefill_tokens_total", total}, {"prefill_seconds", seconds}};
+  };
+  // since_generate (500 s) is the clock of no request in serve mode: unused.
+  EXPECT_EQ(p.Update("compute", stats(7, 40, 200, 0.5), 900, 500, false),
+            (ProgressStep{ProgressStep::kShow, "[launch] prefill: 40 of 200, 20%, 80.0 tokens/s, ETA 2 s"}));
+  EXPECT_EQ(p.Update("compute", stats(8, 10, 100, 0.25), 900, 500, false).kind, ProgressStep::kShow);
+  EXPECT_EQ(p.Update("compute", stats(7, 200, 200, 2), 900, 500, false),
+            (ProgressStep{ProgressStep::kInfo, "[launch] prefill: 200 of 200, 100%, 100.0 tokens/s"}));
+  EXPECT_EQ(p.Update("compute", stats(7, 200, 200, 2), 900, 500, false).kind, ProgressStep::kNone);  // once
+  EXPECT_EQ(p.Update("compute", stats(8, 100, 100, 0.5), 900, 500, false),
+            (ProgressStep{ProgressStep::kInfo, "[launch] prefill: 100 of 100, 100%, 200.0 tokens/s"}));
+  EXPECT_EQ(p.Update("compute", stats(9, 12, 12, 0.01), 900, 500, false),
+            (ProgressStep{ProgressStep::kInfo, "[launch] prefill: 12 of 12, 100%, 1200.0 tokens/s"}));
+}
+
 TEST(StatsProgress, EveryChatTurnHasALivePrefillLineOnly) {
   StatsProgress p;
   const std::map<std::string, double> part = {{"prefill_tokens_done", 30}, {"prefill_tokens_total", 120}};

@@ -311,5 +311,50 @@ TEST(ServeOptions, TomlKeysAndRules) {
   EXPECT_EQ(check("serve = 8080\n").first, kExitUsage);
 }
 
+TEST(ServeOptions, MaxTokensDefaultAndLimit) {
+  const LaunchOptions o = Serving("serve = \"127.0.0.1:1\"\nmax_tokens_default = 256\nmax_tokens_limit = 4096\n");
+  EXPECT_EQ(o.max_tokens_default, 256);
+  EXPECT_EQ(o.max_tokens_limit, 4096);
+  EXPECT_EQ(Outcome([&] { CheckOptions(o); }).first, 0);
+  auto check = [](const std::string& toml) { return Outcome([&] { CheckOptions(Serving(toml)); }); };
+  const auto above = check("serve = \"127.0.0.1:1\"\nmax_tokens_default = 5000\nmax_tokens_limit = 4096\n");
+  EXPECT_EQ(above.first, kExitUsage);
+  EXPECT_NE(above.second.find("max_tokens_default 5000 is above max_tokens_limit 4096"), std::string::npos);
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nmax_tokens_limit = -1\n").first, kExitUsage);
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nmax_tokens_default = 5000\n").first, 0);  // no limit
+}
+
+// api_key_file: the key read from an owner-only file, never with api_key; K3_API_KEY only
+// when neither is given.
+TEST(ServeOptions, ApiKeyFile) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("k3-api-key-file-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string toml = (dir / "c.toml").string(), key = (dir / "key").string();
+  std::ofstream(toml) << "model = \"mdl\"\nbudget = \"2G\"\nserve = \"127.0.0.1:1\"\n";
+  std::ofstream(key) << "sk-from-file\n";
+  std::filesystem::permissions(key, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto parse = [&](std::vector<std::string> args, LaunchOptions& out) {
+    args.insert(args.begin(), {"k3-launch", toml});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    return Outcome([&] { out = *ParseLaunchOptions(static_cast<int>(argv.size()), argv.data()); });
+  };
+  ::setenv("K3_API_KEY", "sk-from-env", 1);
+  LaunchOptions o;
+  ASSERT_EQ(parse({"--api-key-file", key}, o).first, 0);
+  EXPECT_EQ(o.api_key, "sk-from-file");  // the file, not the environment
+  ASSERT_EQ(parse({}, o).first, 0);
+  EXPECT_EQ(o.api_key, "sk-from-env");
+  ::unsetenv("K3_API_KEY");
+  EXPECT_EQ(parse({"--api-key-file", key, "--api-key", "k"}, o).first, kExitUsage);
+  std::filesystem::permissions(key, std::filesystem::perms::group_read, std::filesystem::perm_options::add);
+  const auto open = parse({"--api-key-file", key}, o);
+  EXPECT_EQ(open.first, kExitBadInput);
+  EXPECT_NE(open.second.find("api_key_file " + key + ": other users can access it (mode 0640)"), std::string::npos)
+      << open.second;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace k3::launch

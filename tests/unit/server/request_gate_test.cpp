@@ -62,5 +62,35 @@ TEST(RequestGate, TheKeyWithAnyCaseOfBearer) {
   EXPECT_EQ(StatusOf(r, c), 415);  // the key does not make a form body JSON
 }
 
+TEST(RequestGate, ABodyWithoutATypeIsJsonOnlyWhenAKeyIsAsked) {
+  GateConfig keyed{"sekrit", {}, 8080};
+  GateRequest r = Post("127.0.0.1:8080", "");
+  r.authorization = "Bearer sekrit";
+  EXPECT_EQ(StatusOf(r, keyed), 0);
+  r.content_type = "  ";
+  EXPECT_EQ(StatusOf(r, keyed), 0);
+  r.authorization = "";
+  EXPECT_EQ(StatusOf(r, keyed), 401);  // the key is still asked
+  // Key-less: a page may send a type-less body (a Blob, an ArrayBuffer) without a preflight.
+  const std::optional<HttpError> e = CheckRequest(Post("127.0.0.1:8080", ""), KeyLess());
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 415);
+  EXPECT_NE(e->message.find("only by a server with an API key"), std::string::npos) << e->message;
+}
+
+TEST(RequestGate, AKnownPathWithTheWrongMethodIs405BeforeTheBodyType) {
+  GateRequest r{"POST", "/v1/models", "", "", "127.0.0.1:8080"};
+  const std::optional<HttpError> e = CheckRequest(r, KeyLess());
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 405);
+  ASSERT_EQ(e->headers.size(), 1u);
+  EXPECT_EQ(e->headers[0], (std::pair<std::string, std::string>{"Allow", "GET, HEAD"}));
+  r.method = "GET";
+  r.path = "/v1/completions";
+  EXPECT_EQ(StatusOf(r, KeyLess()), 405);
+  GateConfig keyed{"sekrit", {}, 8080};
+  EXPECT_EQ(StatusOf(r, keyed), 401);  // who may call comes first
+}
+
 }  // namespace
 }  // namespace k3::server
