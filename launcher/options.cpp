@@ -30,6 +30,8 @@
 #include "common/plan/memory_plan.h"
 #include "common/cli_parse.h"
 #include "option_table.h"
+#include "launcher/chat_settings.h"
+#include "launcher/remote_api.h"
 
 namespace k3::launch {
 namespace {
@@ -210,7 +212,7 @@ std::optional<LaunchOptions> ReadLaunchOptions(int argc, char** argv) {
   FlagTexts texts;
   CLI::App app{"k3-launch: run Kimi K3 as a pipeline of services within a memory budget. Every flag --a-b is "
                "the TOML key a_b (docs/formats.md); a flag given wins over the TOML."};
-  app.add_option("config", cli.config_path, "TOML configuration (configs/*.toml)")->required();
+  app.add_option("config", cli.config_path, "TOML configuration (configs/*.toml); required unless --connect");
   std::map<std::string, std::vector<CLI::Option*>> groups;
   for (const OptionSpec& spec : LaunchOptionTable()) {
     AddFlag(app, spec, cli, texts);
@@ -222,9 +224,14 @@ std::optional<LaunchOptions> ReadLaunchOptions(int argc, char** argv) {
   if (!ParseCommandLine(app, argc, argv, "k3-launch")) return std::nullopt;  // --help, --version
 
   LaunchOptions opt;
-  const std::string text = ReadUserFile(cli.config_path, kMaxConfigFileBytes, "config", kExitUsage);
-  const std::string base = std::filesystem::path(cli.config_path).parent_path().string();
-  ApplyToml(text, cli.config_path, base, opt);
+  // --connect needs no TOML: the server has the model and the budget.
+  if (cli.config_path.empty() && (app.get_option("--connect")->count() == 0))
+    throw UsageError("config is required (a TOML such as configs/demo.toml), except with --connect");
+  if (!cli.config_path.empty()) {
+    const std::string text = ReadUserFile(cli.config_path, kMaxConfigFileBytes, "config", kExitUsage);
+    const std::string base = std::filesystem::path(cli.config_path).parent_path().string();
+    ApplyToml(text, cli.config_path, base, opt);
+  }
   opt.config_path = cli.config_path;
   // Flags given on the command line win over the TOML.
   auto given = [&](const std::string& flag) { return app.get_option(flag)->count() > 0; };
@@ -246,6 +253,15 @@ std::optional<LaunchOptions> ReadLaunchOptions(int argc, char** argv) {
   return opt;
 }
 
+// The key file: one line (a trailing line end allowed), as `api_key` would hold it.
+static std::string ReadApiKeyFile(const std::string& path) {
+  std::string key = ReadUserFile(path, kMaxKeyFileBytes, "--api-key-file", kExitBadInput);
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ')) key.pop_back();
+  if (key.empty() || key.find_first_of(" \t\r\n") != std::string::npos)
+    throw BadInput("--api-key-file " + path + ": want one line holding the key");
+  return key;
+}
+
 void HideSecretArgs(int argc, char** argv) {
   static constexpr std::string_view kFlag = "--api-key";
   for (int i = 1; i < argc; ++i) {
@@ -262,7 +278,11 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   std::optional<LaunchOptions> opt = ReadLaunchOptions(argc, argv);
   HideSecretArgs(argc, argv);
   // The key may come from the environment, which other users cannot read (argv they can).
-  if (opt && opt->api_key.empty())
+  if (opt && !opt->api_key_file.empty()) {
+    if (!opt->api_key.empty()) throw UsageError("--api-key and --api-key-file exclude each other");
+    opt->api_key = ReadApiKeyFile(opt->api_key_file);
+  }
+  if (opt && opt->api_key.empty() && (!opt->serve.empty() || !opt->connect.empty()))
     if (const char* k = std::getenv("K3_API_KEY"); k && *k) opt->api_key = k;
   if (opt) CheckOptions(*opt);
   return opt;
@@ -276,9 +296,22 @@ void CheckOutputFiles(LaunchOptions& opt) {
   }
 }
 
+// --connect: the chat or the prompt goes to a running server; what only a local run does is refused.
+static void CheckConnectOptions(const LaunchOptions& opt) {
+  if (const std::string bad = ServerUrlProblem(opt.connect); !bad.empty()) throw UsageError("--connect " + bad);
+  if (!opt.serve.empty()) throw UsageError("--connect and --serve exclude each other");
+  if (!opt.chat && opt.prompt.empty() && opt.prompt_file.empty() && opt.ids.empty())
+    throw UsageError("--connect needs --chat, --prompt, --prompt-file or --ids");
+  if (opt.dry_run || !opt.save_state.empty() || !opt.load_state.empty() || opt.perplexity || !opt.dump_logits.empty())
+    throw UsageError("--connect has no --dry-run, --save-state, --load-state, --perplexity or --dump-logits (the server runs the model)");
+  if (opt.insecure || !opt.allowed_hosts.empty() || !opt.served_model_name.empty())
+    throw UsageError("--insecure, --allowed-hosts and --served-model-name are the server's (--serve), not --connect's");
+}
+
 void CheckOptions(const LaunchOptions& opt) {
-  if (opt.budget.empty()) throw UsageError("--budget is required (in the TOML or on the command line)");
-  if (opt.model.empty()) throw UsageError("no model: set 'model' in the TOML or pass --model");
+  if (!opt.connect.empty()) CheckConnectOptions(opt);
+  if (opt.budget.empty() && opt.connect.empty()) throw UsageError("--budget is required (in the TOML or on the command line)");
+  if (opt.model.empty() && opt.connect.empty()) throw UsageError("no model: set 'model' in the TOML or pass --model");
   if (opt.gen < 0) throw UsageError("--gen must be >= 0");
   if (opt.reply_limit < 0) throw UsageError("--reply-limit must be >= 0");
   if (const std::string bad = limits::ThreadsProblem(opt.threads, true); !bad.empty()) throw UsageError(bad);
@@ -331,15 +364,19 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
     throw UsageError("--io: unknown backend '" + opt.io + "' (direct, pread, uring, mmap)");
   if (const std::string bad = SamplingProblem(opt.sampling, opt.logprobs); !bad.empty()) throw UsageError(bad);
-  if (opt.thinking_effort != "low" && opt.thinking_effort != "high" && opt.thinking_effort != "max")
+  if (!IsThinkingEffort(opt.thinking_effort))
     throw UsageError("--thinking-effort: '" + opt.thinking_effort + "' is not low, high or max");
   if (opt.no_think && opt.thinking_effort_given)
     throw UsageError("--no-think and --thinking-effort contradict each other");
   if (!opt.chat && !opt.system.empty()) throw UsageError("--system needs --chat");
   if (!opt.chat && opt.serve.empty() && (opt.no_think || opt.thinking_effort_given))
     throw UsageError("--thinking-effort and --no-think need --chat or --serve");
+  if (!opt.chat && !opt.input_history.empty()) throw UsageError("--input-history needs --chat");
+  if (!opt.api_key_file.empty() && opt.serve.empty() && opt.connect.empty())
+    throw UsageError("--api-key-file needs --serve or --connect");
   if (opt.chat && (!opt.prompt.empty() || !opt.prompt_file.empty() || !opt.ids.empty()))
     throw UsageError("--chat takes its prompts from the terminal: no --prompt, --prompt-file or --ids");
+  if (!opt.connect.empty()) return;
   if (opt.serve.empty()) {
     if (!opt.api_key.empty() || opt.insecure || !opt.served_model_name.empty() || !opt.allowed_hosts.empty())
       throw UsageError("--api-key, --insecure, --served-model-name and --allowed-hosts need --serve");
