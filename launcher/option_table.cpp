@@ -186,7 +186,7 @@ std::vector<OptionSpec> MakeTable() {
       {"api_key", T::kString, K3_FIELD(api_key), "KEY",
        "serve: clients must send Authorization: Bearer KEY (needed for a non-loopback address; default "
        "$K3_API_KEY; a KEY on the command line is overwritten in it once read; only k3-server gets the key, in "
-       "its environment)",
+       "its environment); connect: the key sent to the server",
        0},
       {"insecure", T::kBool, K3_FIELD(insecure), "", "serve: allow a non-loopback address without api_key",
        kToServer},
