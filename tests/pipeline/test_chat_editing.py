@@ -5,8 +5,8 @@
 Session 1 (demo model, thinking off, replies cut at 4 ids): a line edited with Left, Home, End,
 Ctrl-A and Ctrl-E is sent as edited (its prompt_tokens are k3-tokenizer's rendering of the
 edited text, and no escape sequence reaches the screen); /set shows and changes settings and
-refuses a bad value with one line; /set think on turns thinking on for the next turn (it has
-reasoning); a block pasted with bracketed paste (tmux paste-buffer -p) is one message, newlines
+refuses a bad value with one line; /set think on turns thinking on for the next turn (rendered
+with the thinking preamble); a block pasted with bracketed paste (tmux paste-buffer -p) is one message, newlines
 included. Session 2, on the same history file: Up recalls the first session's lines, and the
 recalled line is sent as typed then. Ctrl-D ends both (exit 0).
 Needs tmux; exits 77 (skipped) without it.
@@ -103,8 +103,9 @@ class ChatEditing(unittest.TestCase):
         self.assertEqual(first["reasoning"], "")
         # After /reset and /set think on: the pasted block whole, as one message, thinking on.
         self.assertEqual(pasted["reused_tokens"], 0)
-        self.assertEqual(pasted["prompt_tokens"], len(render([{"role": "user", "content": PASTED}])))
-        self.assertTrue(pasted["reasoning"], pasted)
+        thinking_on = render([{"role": "user", "content": PASTED}])
+        self.assertNotEqual(len(thinking_on), len(render([{"role": "user", "content": PASTED}], thinking=False)))
+        self.assertEqual(pasted["prompt_tokens"], len(thinking_on))
         with open(self.history) as f:
             entries = [json.loads(line) for line in f]
         self.assertEqual(entries, [EDITED, "/set temperature 0.7", "/set top_p 1.5", "/set", "/set temperature 0",
