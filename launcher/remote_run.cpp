@@ -190,9 +190,10 @@ int Connected::Chat(const std::string& model) {
     view.EndLine();
     if (r.failure) {
       history.pop_back();
-      // The server gone or the key refused ends the session; a busy or failing server is one
-      // line, and the chat goes on (the message can be sent again).
-      if (r.status != 429 && r.status < 500) throw *r.failure;
+      // The server gone, the key refused or a URL that is not the API ends the session; a
+      // request refused (400: a /set value the server does not take), a busy or failing server is
+      // one line, and the chat goes on (the message can be sent again).
+      if (r.status == 0 || r.status == 401 || r.status == 403 || r.status == 404) throw *r.failure;
       Note(std::string("[chat] ") + r.failure->what());
       continue;
     }
@@ -260,7 +261,10 @@ int Connected::Prompt(const std::string& model) {
 
 }  // namespace
 
-int RunConnected(const LaunchOptions& opt) {
+int RunConnected(const LaunchOptions& given) {
+  LaunchOptions opt = given;
+  // k3-server takes seeds up to 2^63-1 (its JSON integers): a random one is drawn there.
+  if (!opt.seed_given) opt.sampling.seed &= ~(uint64_t{1} << 63);
   if (!opt.out.empty()) CheckOutputPath(opt.out, "--out");
   RemoteServer server(opt.connect, opt.api_key);
   // The served model's name, and at once a check that the server is there and takes the key.
