@@ -278,7 +278,7 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   std::optional<LaunchOptions> opt = ReadLaunchOptions(argc, argv);
   HideSecretArgs(argc, argv);
   // The key may come from the environment, which other users cannot read (argv they can).
-  if (opt && !opt->api_key_file.empty()) {
+  if (opt && !opt->api_key_file.empty() && (!opt->serve.empty() || !opt->connect.empty())) {
     if (!opt->api_key.empty()) throw UsageError("--api-key and --api-key-file exclude each other");
     opt->api_key = ReadApiKeyFile(opt->api_key_file);
   }

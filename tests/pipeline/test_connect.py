@@ -100,8 +100,9 @@ class Connect(unittest.TestCase):
         # The reference: the same two turns asked of the API directly (urllib, not streamed);
         # server_openai checks those against a local --chat.
         out = os.path.join(self.tmp, "chat-remote.json")
+        # /set reaches the requests: the reference asks with the same temperature and seed.
         r = connect("--chat", "--no-think", "--connect", self.url + "/v1", "--out", out, env={"K3_API_KEY": KEY},
-                    input=LINES)
+                    input="/set temperature 0.9\n/set seed 3\n/set top_p 2\n" + LINES)
         self.assertEqual(r.returncode, 0, r.stderr)
         with open(out) as f:
             rep = json.load(f)
@@ -112,17 +113,18 @@ class Connect(unittest.TestCase):
         messages = []
         for line, turn in zip(LINES.splitlines(), remote):
             messages.append({"role": "user", "content": line})
-            ref = self.ask({"model": "k3-demo-tiny", "messages": messages, "reasoning_effort": "none", "seed": 1})
+            ref = self.ask({"model": "k3-demo-tiny", "messages": messages, "reasoning_effort": "none",
+                            "temperature": 0.9, "seed": 3})
             choice = ref["choices"][0]
             self.assertEqual(turn["response"], choice["message"]["content"])
             self.assertEqual(turn["generated_tokens"], ref["usage"]["completion_tokens"])
             self.assertEqual(turn["finish_reason"], choice["finish_reason"])
             self.assertIn(turn["response"].strip().splitlines()[0], r.stdout)
             messages.append({"role": "assistant", "content": turn["response"]})
-        self.assertEqual(remote[0]["finish_reason"], "stop")
+        self.assertIn("[chat] /set: --top-p 2: must be in (0, 1]", r.stderr)  # refused, the chat went on
         # The second turn: the conversation sent whole, its first turn from the server's prefix cache.
         self.assertGreater(remote[1]["reused_tokens"], 0)
-        self.assertRegex(r.stderr, r"\[chat\] \d+ tokens \(stop\) in [0-9.]+ s, first token [0-9.]+ s")
+        self.assertRegex(r.stderr, r"\[chat\] \d+ tokens \(\w+\) in [0-9.]+ s, first token [0-9.]+ s")
 
     def ask(self, body):
         req = urllib.request.Request(self.url + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST",
