@@ -216,6 +216,7 @@ Input ChatInput::Read(std::string* line) {
   if (!editor_) return ReadPiped(line);
   Editor& e = *editor_;
   e.interrupted = e.stopped = false;
+  el_resize(e.el);  // libedit's SIGWINCH handler is off (EL_SIGNAL 0): a resize is seen at the next prompt
   WriteOut(kPasteOn);
   int count = 0;
   const char* got = el_gets(e.el, &count);

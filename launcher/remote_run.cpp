@@ -56,6 +56,7 @@ class Connected {
   Reply Stream(const std::string& path, const nlohmann::json& body,
                const std::function<void(Channel, const std::string&)>& show) {
     Reply r;
+    std::string last_event;  // named when the stream ends early
     const auto start = Clock::now();
     auto st = server_.Post(path, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     for (;;) {
@@ -66,8 +67,11 @@ class Connected {
         st->Cancel();
         r.cancelled = true;
       }
+      // Read before Take: the thread sets it after its last events, so none is left behind.
+      const bool finished = st->finished();
       for (const std::string& data : st->Take()) {
         if (r.cancelled) break;
+        last_event = data;
         StreamPiece p;
         try {
           p = ParseStreamData(data);
@@ -88,7 +92,7 @@ class Connected {
         if (p.completion_tokens) r.completion_tokens = *p.completion_tokens;
         if (p.cached_tokens) r.cached_tokens = *p.cached_tokens;
       }
-      if (st->finished()) break;
+      if (finished) break;
     }
     r.seconds = Since(start, Clock::now());
     if (!r.failure) r.failure = st->failure();
@@ -97,7 +101,8 @@ class Connected {
       r.finish_reason = "cancelled";
       r.failure.reset();
     } else if (!r.failure && r.finish_reason.empty()) {
-      r.failure = RuntimeFailure(server_.url() + ": the reply ended without a finish_reason");
+      r.failure = RuntimeFailure(server_.url() + ": the reply ended without a finish_reason (" +
+                                 (last_event.empty() ? std::string("no event") : "last event: " + last_event.substr(0, 200)) + ")");
     }
     if (r.completion_tokens == 0) r.completion_tokens = static_cast<int64_t>(r.ids.size());
     return r;
