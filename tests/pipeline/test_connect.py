@@ -101,7 +101,7 @@ class Connect(unittest.TestCase):
         # server_openai checks those against a local --chat.
         out = os.path.join(self.tmp, "chat-remote.json")
         # /set reaches the requests: the reference asks with the same temperature and seed.
-        r = connect("--chat", "--no-think", "--reply-limit", 24, "--connect", self.url + "/v1", "--out", out,
+        r = connect("--chat", "--no-think", "--reply-limit", 12, "--connect", self.url + "/v1", "--out", out,
                     env={"K3_API_KEY": KEY},
                     input="/set temperature 0.9\n/set seed 3\n/set top_p 2\n" + LINES)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -115,7 +115,7 @@ class Connect(unittest.TestCase):
         for line, turn in zip(LINES.splitlines(), remote):
             messages.append({"role": "user", "content": line})
             ref = self.ask({"model": "k3-demo-tiny", "messages": messages, "reasoning_effort": "none",
-                            "temperature": 0.9, "seed": 3, "max_completion_tokens": 24})
+                            "temperature": 0.9, "seed": 3, "max_completion_tokens": 12})
             choice = ref["choices"][0]
             self.assertEqual(turn["response"], choice["message"]["content"])
             self.assertEqual(turn["generated_tokens"], ref["usage"]["completion_tokens"])
