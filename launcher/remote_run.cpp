@@ -206,10 +206,10 @@ int Connected::Chat(const std::string& model) {
     history.push_back({"assistant", r.content, settings.thinking ? std::optional<std::string>(r.reasoning) : std::nullopt});
     turns.push_back(TurnOf(r));
     if (r.cancelled) {  // the server's usage comes only with a reply that finished
-      char first[48] = ", no token", line[160];
+      char first[48] = ", no token", stopped[160];
       if (r.first_token_seconds) std::snprintf(first, sizeof first, ", first token %.3f s", *r.first_token_seconds);
-      std::snprintf(line, sizeof line, "[chat] stopped by Ctrl-C after %.2f s%s", r.seconds, first);
-      Note(line);
+      std::snprintf(stopped, sizeof stopped, "[chat] stopped by Ctrl-C after %.2f s%s", r.seconds, first);
+      Note(stopped);
     } else {
       Note(TurnSummary(turns.back(), opt_.reply_limit));
     }
