@@ -125,7 +125,8 @@ class Connect(unittest.TestCase):
         self.assertIn("[chat] /set: --top-p 2: must be in (0, 1]", r.stderr)  # refused, the chat went on
         # The second turn: the conversation sent whole, its first turn from the server's prefix cache.
         self.assertGreater(remote[1]["reused_tokens"], 0)
-        self.assertRegex(r.stderr, r"\[chat\] \d+ tokens \(\w+\) in [0-9.]+ s, first token [0-9.]+ s")
+        self.assertRegex(r.stderr, r"\[chat\] 12 tokens \(--reply-limit 12 reached\) in [0-9.]+ s, first token [0-9.]+ s, "
+                                   r"[0-9.]+ tokens/s; \d+ ids reused, \d+ prefilled")
 
     def ask(self, body):
         req = urllib.request.Request(self.url + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST",
