@@ -157,7 +157,9 @@ struct ChatInput::Editor {
         entries = std::move(h.entries);
       } else {
         const auto dir = std::filesystem::path(path).parent_path();
-        if (!dir.empty()) std::filesystem::create_directories(dir, ec);  // ~/.local/state/k3 on a first run
+        // ~/.local/state/k3 on a first run: the lines typed are the user's alone (0700).
+        if (!dir.empty() && std::filesystem::create_directories(dir, ec))
+          std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
       }
       if (entries.empty() || entries.back() != line) entries.push_back(line);
       WriteFileAtomically(path, InputHistoryText(entries), "input history", kExitOutput);
