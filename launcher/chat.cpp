@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <functional>
 #include <map>
 
@@ -12,6 +13,7 @@
 #include "common/ipc/tokenizer_client.h"
 #include "common/ipc/zmq_channel.h"
 #include "launcher/chat_saved.h"
+#include "launcher/input_history.h"
 #include "launcher/chat_turn.h"
 
 namespace k3::launch {
@@ -46,8 +48,11 @@ class Session {
  public:
   Session(ChatHost& host, const LaunchOptions& opt, int32_t vocab)
       : host_(host), opt_(opt), vocab_(vocab), tok_(host.Context(), zmq::socket_type::dealer),
-        tty_(::isatty(STDIN_FILENO) == 1 && ::isatty(STDOUT_FILENO) == 1), thinking_(!opt.no_think),
-        effort_(opt.thinking_effort) {
+        tty_(::isatty(STDIN_FILENO) == 1 && ::isatty(STDOUT_FILENO) == 1),
+        settings_{opt.sampling, !opt.no_think, opt.thinking_effort},
+        input_(tty_, InputHistoryFile(opt.input_history, std::getenv("XDG_STATE_HOME"), std::getenv("HOME")),
+               [this] { return WaitForLine(); }, [this](const std::string& s) { host_.Note(s); }),
+        view_(tty_, [this](const std::string& s) { host_.Out(s); }) {
     tok_.set(zmq::sockopt::linger, 0);
     ipc::Connect(tok_, host.TokenizerEndpoint());
     if (!opt_.system.empty()) history_.push_back({"system", opt_.system, std::nullopt});
@@ -55,7 +60,6 @@ class Session {
   ChatResult Run();
 
  private:
-  enum class Input { kLine, kEof, kInterrupt, kStop };
   struct Pending {  // a one-shot Decode of one generated id, in order
     uint64_t id;
     ChannelSplitter::Channel channel;
@@ -68,12 +72,10 @@ class Session {
   void ResetConversation();
   std::vector<int32_t> Encode(const std::string& text, bool allow_special);
   void LookUpControlIds();
-  Input ReadLine(std::string* line);
+  Wake WaitForLine();
   void Turn(const std::string& text);
   void Command(const std::string& line);
   std::optional<cp::StateDone> StateCall(cp::StateAction action, const std::string& path, const std::string& extra);
-  void Show(ChannelSplitter::Channel ch, const std::string& text);
-  void EndShownLine();
 
   ChatHost& host_;
   const LaunchOptions& opt_;
@@ -84,15 +86,12 @@ class Session {
   std::map<uint64_t, tk::Message> tok_replies_;  // answers not taken yet, by request id
   uint64_t next_request_ = 1;
   const bool tty_;
-  bool thinking_;
-  std::string effort_;
+  ChatSettings settings_;  // sampling and thinking: what /set changes
+  ChatInput input_;
+  ReplyView view_;
   ChatControlIds ids_;
   std::vector<ChatMessage> history_;
   KeptConversation kept_;             // what compute's state holds of the conversation
-  std::string inbuf_;                 // stdin bytes after the last line returned
-  bool eof_ = false;
-  ChannelSplitter::Channel shown_ = ChannelSplitter::Channel::kNone;  // channel printed last
-  bool line_open_ = false;            // something printed since the last newline
   std::vector<ChatTurn> turns_;
   bool quit_ = false;
 };
@@ -157,62 +156,20 @@ void Session::ResetConversation() {
   kept_ = {};
 }
 
-Session::Input Session::ReadLine(std::string* line) {
-  if (tty_) host_.Out("> ");
-  for (;;) {
-    const size_t nl = inbuf_.find('\n');
-    if (nl != std::string::npos) {
-      *line = inbuf_.substr(0, nl);
-      inbuf_.erase(0, nl + 1);
-      if (!line->empty() && line->back() == '\r') line->pop_back();
-      if (tty_) host_.InputLineEnded();
-      return Input::kLine;
-    }
-    if (eof_) {
-      if (inbuf_.empty()) return Input::kEof;
-      *line = std::move(inbuf_);  // a last line without its newline
-      inbuf_.clear();
-      return Input::kLine;
-    }
-    if (Stopping()) return Input::kStop;
-    if (host_.TakeInterrupt()) {
-      if (tty_) host_.Out("\n");
-      return Input::kInterrupt;
-    }
-    bool ready = false;
-    PumpOnce(std::chrono::milliseconds(200), true, &ready);
-    if (!ready) continue;
-    char buf[4096];
-    const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
-    if (n > 0) inbuf_.append(buf, static_cast<size_t>(n));
-    else if (n == 0 || (errno != EINTR && errno != EAGAIN)) eof_ = true;
-  }
-}
-
-void Session::EndShownLine() {
-  if (line_open_) host_.Out("\n");
-  line_open_ = false;
-}
-
-// Reasoning is dim on a terminal and introduced by "thinking: "; the answer follows on its own line.
-void Session::Show(ChannelSplitter::Channel ch, const std::string& text) {
-  if (text.empty()) return;
-  std::string s;
-  if (ch != shown_) {
-    if (line_open_) s += "\n";
-    if (ch == ChannelSplitter::Channel::kThink) s += tty_ ? "\x1b[2mthinking: \x1b[0m" : "thinking: ";
-    shown_ = ch;
-  }
-  s += ch == ChannelSplitter::Channel::kThink && tty_ ? "\x1b[2m" + text + "\x1b[0m" : text;
-  host_.Out(s);
-  line_open_ = s.back() != '\n';
+// The pipeline runs while the user types; Ctrl-C at the prompt ends the session.
+Wake Session::WaitForLine() {
+  if (Stopping()) return Wake::kStop;
+  if (host_.TakeInterrupt()) return Wake::kInterrupt;
+  bool ready = false;
+  PumpOnce(std::chrono::milliseconds(200), true, &ready);
+  return ready ? Wake::kReady : Wake::kIdle;
 }
 
 void Session::Turn(const std::string& text) {
   const auto entered = Clock::now();  // a turn's times start here: what the user waits
   history_.push_back({"user", text, std::nullopt});
   auto rendered_msg = CallTokenizer([&](uint64_t id) {
-    return ipc::Encode(tk::RenderChat{id, HistoryJsonl(history_), thinking_, effort_});
+    return ipc::Encode(tk::RenderChat{id, HistoryJsonl(history_), settings_.thinking, settings_.effort});
   });
   if (!rendered_msg || std::holds_alternative<tk::Failed>(*rendered_msg)) {
     history_.pop_back();
@@ -230,11 +187,11 @@ void Session::Turn(const std::string& text) {
                " tokens of " + std::to_string(opt_.context) + "; /reset to start over");
     return;
   }
-  const cp::Generate g = TurnGenerate(opt_, plan, ids_, next_request_++);
+  const cp::Generate g = TurnGenerate(opt_, plan, ids_, next_request_++, settings_.sampling);
   host_.ComputeInbox().clear();
   host_.SendCompute(ipc::Encode(g));
 
-  ChannelSplitter split(ids_, thinking_);
+  ChannelSplitter split(ids_, settings_.thinking);
   std::vector<int32_t> generated;
   std::optional<Clock::time_point> first_token;  // its arrival here
   Clock::time_point done_at;
@@ -242,7 +199,7 @@ void Session::Turn(const std::string& text) {
   std::string bytes[3], shown_bytes[3];  // per channel: decoded, printed
   std::optional<cp::Done> done;
   bool cancel_sent = false;
-  shown_ = ChannelSplitter::Channel::kNone;
+  view_.Begin();
   auto flush = [&](bool final) {
     while (!pending.empty()) {
       auto it = tok_replies_.find(pending.front().id);
@@ -260,7 +217,7 @@ void Session::Turn(const std::string& text) {
     for (size_t ch : {1u, 2u}) {
       const size_t upto = final ? bytes[ch].size() : CompleteUtf8Prefix(bytes[ch]);
       if (upto > shown_bytes[ch].size()) {
-        Show(static_cast<ChannelSplitter::Channel>(ch), bytes[ch].substr(shown_bytes[ch].size(), upto - shown_bytes[ch].size()));
+        view_.Show(static_cast<ChannelSplitter::Channel>(ch), bytes[ch].substr(shown_bytes[ch].size(), upto - shown_bytes[ch].size()));
         shown_bytes[ch] = bytes[ch].substr(0, upto);
       }
     }
@@ -302,23 +259,23 @@ void Session::Turn(const std::string& text) {
     flush(false);
   }
   flush(true);
-  EndShownLine();
+  view_.EndLine();
   if (!done) return;  // the session is stopping
 
   ChatTurn t;
   t.prompt_tokens = static_cast<int64_t>(send.size());
   t.reused_tokens = reused + done->stats.cached_tokens;  // kept, or from a prefix snapshot (store)
   t.generated_tokens = static_cast<int64_t>(generated.size());
-  t.reasoning = thinking_ ? bytes[1] : "";
+  t.reasoning = settings_.thinking ? bytes[1] : "";
   t.response = bytes[2];
   t.finish_reason = FinishName(done->reason);
   t.seconds = std::chrono::duration<double>(done_at - entered).count();
   if (first_token) t.first_token_seconds = std::chrono::duration<double>(*first_token - entered).count();
   turns_.push_back(t);
-  history_.push_back({"assistant", t.response, thinking_ ? std::optional<std::string>(t.reasoning) : std::nullopt});
+  history_.push_back({"assistant", t.response, settings_.thinking ? std::optional<std::string>(t.reasoning) : std::nullopt});
   // The next turn extends the state by the ids fed (a reply cut short closed by the template's
   // ids), whatever the reply's text would tokenize to again.
-  kept_ = AfterTurn(plan, rendered, generated, done->stats.position, ids_, thinking_);
+  kept_ = AfterTurn(plan, rendered, generated, done->stats.position, ids_, settings_.thinking);
   host_.Note(TurnSummary(t, opt_.reply_limit));
 }
 
@@ -348,9 +305,11 @@ void Session::Command(const std::string& line) {
   if (cmd == "/quit" || cmd == "/exit") {
     quit_ = true;
   } else if (cmd == "/help") {
-    host_.Out("/reset  forget the conversation\n/save PATH  save the conversation (compute's state and the history)\n"
-              "/load PATH  continue a saved conversation\n/quit  end (also Ctrl-D, or Ctrl-C at the prompt)\n"
-              "Ctrl-C during a reply stops the reply.\n");
+    host_.Out(ChatHelp(true));
+  } else if (cmd == "/set") {
+    if (arg.empty()) return host_.Out(SettingsText(settings_) + "\n");
+    if (const std::string bad = ApplySet(settings_, arg); !bad.empty()) return host_.Note("[chat] " + bad);
+    host_.Out("(" + SettingsText(settings_) + ")\n");
   } else if (cmd == "/reset") {
     auto d = StateCall(cp::StateAction::kReset, "", "");
     if (!d) return;
@@ -359,7 +318,7 @@ void Session::Command(const std::string& line) {
   } else if (cmd == "/save") {
     if (arg.empty()) return host_.Note("[chat] /save needs a path");
     if (kept_.ids == 0) return host_.Note("[chat] nothing to save yet");
-    const SavedChat saved{history_, thinking_, effort_, kept_.last_render, kept_.valid, kept_.closing};
+    const SavedChat saved{history_, settings_.thinking, settings_.effort, kept_.last_render, kept_.valid, kept_.closing};
     auto d = StateCall(cp::StateAction::kSave, arg, SavedChatExtra(saved));
     if (!d) return;
     if (!d->ok) return host_.Note("[chat] /save " + arg + ": " + d->error);
@@ -371,12 +330,12 @@ void Session::Command(const std::string& line) {
     if (!d->ok) return host_.Note("[chat] /load " + arg + ": " + d->error);
     try {
       SavedChat saved = ParseSavedChat(d->extra);
-      if (saved.thinking != thinking_ || (saved.thinking && saved.effort != effort_))
+      if (saved.thinking != settings_.thinking || (saved.thinking && saved.effort != settings_.effort))
         host_.Note(std::string("[chat] continuing with the saved conversation's thinking ") +
                    (saved.thinking ? "on, effort " + saved.effort : "off"));
       history_ = std::move(saved.history);
-      thinking_ = saved.thinking;
-      effort_ = saved.effort;
+      settings_.thinking = saved.thinking;
+      settings_.effort = saved.effort;
       kept_ = {std::move(saved.last_render), std::move(saved.closing), d->position, saved.state_valid};
     } catch (const std::exception& e) {
       StateCall(cp::StateAction::kReset, "", "");  // compute holds a state without its history
@@ -393,12 +352,13 @@ void Session::Command(const std::string& line) {
 
 ChatResult Session::Run() {
   LookUpControlIds();
-  host_.Note(std::string("[chat] ready (thinking ") + (thinking_ ? "on, effort " + effort_ : "off") +
+  host_.Note(std::string("[chat] ready (thinking ") + (settings_.thinking ? "on, effort " + settings_.effort : "off") +
              "); /help for commands, /quit or Ctrl-D to end");
   ChatResult r;
   for (;;) {
     std::string line;
-    const Input in = ReadLine(&line);
+    const Input in = input_.Read(&line);
+    if (in == Input::kLine && tty_) host_.InputLineEnded();
     if (in == Input::kEof) r.end = ChatEnd::kEndOfInput;
     else if (in == Input::kInterrupt) r.end = ChatEnd::kInterrupt;
     if (in != Input::kLine) break;

@@ -3,8 +3,9 @@
 // (RenderChat, K3's XTML template), sends compute only the ids after what its kept state
 // already holds (Generate.keep_state; after a reply cut short, first the ids that close it),
 // and streams the reply, reasoning apart from the answer.
-// Commands: /reset, /save PATH, /load PATH, /quit (and /help). Ctrl-C during a reply sends
+// Commands: /reset, /save PATH, /load PATH, /set, /quit (and /help). Ctrl-C during a reply sends
 // Cancel{request_id}; at the prompt it ends the session like /quit, as does end of input.
+// Input: chat_input.h (libedit on a terminal); the reply's drawing: reply_view.h.
 #pragma once
 #include <zmq.hpp>
 
@@ -21,7 +22,10 @@
 #include "common/ipc/messages.h"
 #include "common/ipc/protocol.h"
 #include "common/chat_format.h"
+#include "launcher/chat_input.h"
+#include "launcher/chat_settings.h"
 #include "launcher/chat_turn.h"
+#include "launcher/reply_view.h"
 #include "options.h"
 
 namespace k3::launch {

@@ -74,8 +74,9 @@ TurnPlan PlanTurn(const std::vector<int32_t>& rendered, const KeptConversation& 
 }
 
 ipc::compute::Generate TurnGenerate(const LaunchOptions& opt, const TurnPlan& plan, const ChatControlIds& ids,
-                                    uint64_t request_id) {
+                                    uint64_t request_id, const ipc::compute::Sampling& sampling) {
   ipc::compute::Generate g;
+  g.sampling = sampling;
   g.request_id = request_id;
   g.ids = plan.send;
   const int64_t most = opt.reply_limit > 0 ? std::min(opt.reply_limit, plan.room) : plan.room;
@@ -108,6 +109,21 @@ KeptConversation AfterTurn(const TurnPlan& plan, const std::vector<int32_t>& ren
   return k;
 }
 
+namespace {
+// "first token 0.042 s, 4.8 tokens/s": the rate of the ids after the first, when there are two or more.
+std::string FirstTokenText(const ChatTurn& t) {
+  if (!t.first_token_seconds) return "no token";
+  char first[80];
+  const double decode = t.seconds - *t.first_token_seconds;
+  if (t.generated_tokens > 1 && decode > 0)
+    std::snprintf(first, sizeof first, "first token %.3f s, %.1f tokens/s", *t.first_token_seconds,
+                  static_cast<double>(t.generated_tokens - 1) / decode);
+  else
+    std::snprintf(first, sizeof first, "first token %.3f s", *t.first_token_seconds);
+  return first;
+}
+}  // namespace
+
 std::string TurnSummary(const ChatTurn& t, int64_t reply_limit) {
   std::string why = t.finish_reason;
   if (t.finish_reason == "cancelled") why = "stopped by Ctrl-C";
@@ -115,12 +131,19 @@ std::string TurnSummary(const ChatTurn& t, int64_t reply_limit) {
     why = reply_limit > 0 && t.generated_tokens >= reply_limit
               ? "--reply-limit " + std::to_string(reply_limit) + " reached"
               : "the context is full";
-  char first[48] = "no token";
-  if (t.first_token_seconds) std::snprintf(first, sizeof first, "first token %.3f s", *t.first_token_seconds);
   char line[256];
   std::snprintf(line, sizeof line, "[chat] %lld tokens (%s) in %.2f s, %s; %lld ids reused, %lld prefilled",
-                static_cast<long long>(t.generated_tokens), why.c_str(), t.seconds, first,
+                static_cast<long long>(t.generated_tokens), why.c_str(), t.seconds, FirstTokenText(t).c_str(),
                 static_cast<long long>(t.reused_tokens), static_cast<long long>(t.prompt_tokens));
+  return line;
+}
+
+std::string PromptSummary(const ChatTurn& t) {
+  char line[256];
+  std::snprintf(line, sizeof line, "[connect] %lld tokens (%s) in %.2f s, %s; %lld prompt tokens, %lld cached",
+                static_cast<long long>(t.generated_tokens), t.finish_reason.c_str(), t.seconds,
+                FirstTokenText(t).c_str(), static_cast<long long>(t.prompt_tokens + t.reused_tokens),
+                static_cast<long long>(t.reused_tokens));
   return line;
 }
 

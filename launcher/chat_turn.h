@@ -65,8 +65,9 @@ TurnPlan PlanTurn(const std::vector<int32_t>& rendered, const KeptConversation& 
 // --reply-limit when set (not --gen, which is for one-shot runs); it ends at --stop-id(s),
 // <|end_of_msg|> or [EOS]. snapshot_at = BeforeNewestMessage of what it sends (a prefix
 // snapshot there, which a later chat with the same preamble starts from).
+// `sampling`: the session's (the options', as /set left them).
 ipc::compute::Generate TurnGenerate(const LaunchOptions& opt, const TurnPlan& plan, const ChatControlIds& ids,
-                                    uint64_t request_id);
+                                    uint64_t request_id, const ipc::compute::Sampling& sampling);
 
 // The ids compute holds after a turn: Done's position, or (an older compute) what was sent and generated.
 int64_t KeptAfterTurn(int64_t done_position, int64_t reused, int64_t prompt, int64_t generated);
@@ -80,9 +81,13 @@ KeptConversation AfterTurn(const TurnPlan& plan, const std::vector<int32_t>& ren
                            const std::vector<int32_t>& generated, int64_t done_position, const ChatControlIds& ids,
                            bool thinking);
 
-// The stderr line after a reply: "[chat] 12 tokens (stop), first token 0.042 s, 2.31 s; 57 ids
-// reused, 9 prefilled", and why it ended when that was not its end id.
+// The stderr line after a reply: "[chat] 12 tokens (stop) in 2.31 s, first token 0.042 s, 4.8
+// tokens/s; 57 ids reused, 9 prefilled", and why it ended when that was not its end id. The rate
+// is of the ids after the first (the decode, not the prefill), when there are two or more.
 std::string TurnSummary(const ChatTurn& t, int64_t reply_limit);
+// The same for one prompt through --connect: "[connect] 32 tokens (length) in 0.81 s, first token
+// 0.120 s, 45.2 tokens/s; 12 prompt tokens, 0 cached".
+std::string PromptSummary(const ChatTurn& t);
 
 // "/save  a b " -> {"/save", "<cwd>/a b"}: the command and its trimmed argument; a state file
 // is named relative to where the user is, whatever compute's directory.

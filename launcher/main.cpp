@@ -22,6 +22,7 @@
 #include "arena_sizes.h"
 #include "command_lines.h"
 #include "run.h"
+#include "remote_run.h"
 #include "common/process_init.h"
 
 namespace {
@@ -31,6 +32,8 @@ int Main(int argc, char** argv) {
   auto parsed = launch::ParseLaunchOptions(argc, argv);
   if (!parsed) return kExitOk;
   launch::LaunchOptions& opt = *parsed;
+  // A running server does the model's work: nothing is planned or started here.
+  if (!opt.connect.empty()) return launch::RunConnected(opt);
   const int64_t budget = plan::ParseBudget(opt.budget);
 
   const launch::ModelLayout m = launch::LoadModelLayout(opt.model, opt.dry_run);

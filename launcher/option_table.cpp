@@ -172,17 +172,24 @@ std::vector<OptionSpec> MakeTable() {
        [](LaunchOptions& o) { return &o.thinking_effort_given; }},
       {"no_think", T::kBool, K3_FIELD(no_think), "", "chat and serve: no thinking channel, the answer only",
        kToServer},
+      {"input_history", T::kOutput, K3_FIELD(input_history), "FILE|off",
+       "chat on a terminal: the typed lines Up recalls, kept across sessions (one JSON string per line; off: none)",
+       0, "$XDG_STATE_HOME/k3/chat-input-history.jsonl (~/.local/state/k3/...)"},
+      {"connect", T::kString, K3_FIELD(connect), "URL",
+       "chat or prompt through a running k3-launch --serve at URL (http://HOST:PORT) instead of starting the "
+       "services (docs/chat.md, A running server)",
+       0},
       {"serve", T::kString, K3_FIELD(serve), "HOST:PORT",
        "serve OpenAI-compatible HTTP at HOST:PORT instead of one prompt (docs/server.md; needs a tokenizer)",
        kToServer},
       {"api_key", T::kString, K3_FIELD(api_key), "KEY",
        "serve: clients must send Authorization: Bearer KEY (needed for a non-loopback address; default "
        "$K3_API_KEY; a KEY on the command line is overwritten in it once read; only k3-server gets the key, in "
-       "its environment)",
+       "its environment); connect: the key sent to the server",
        0},
       {"api_key_file", T::kPath, K3_FIELD(api_key_file), "FILE",
-       "serve: read api_key from FILE, one line, which only its owner may read (mode 600), so the key is on no "
-       "command line and in no config; not with api_key",
+       "serve and connect: read api_key from FILE, one line, which only its owner may read (mode 600), so the key "
+       "is on no command line and in no config; not with api_key",
        0},
       {"insecure", T::kBool, K3_FIELD(insecure), "", "serve: allow a non-loopback address without api_key",
        kToServer},

@@ -32,6 +32,8 @@
 #include "common/plan/memory_plan.h"
 #include "common/cli_parse.h"
 #include "option_table.h"
+#include "launcher/chat_settings.h"
+#include "launcher/remote_api.h"
 
 namespace k3::launch {
 namespace {
@@ -212,7 +214,7 @@ std::optional<LaunchOptions> ReadLaunchOptions(int argc, char** argv) {
   FlagTexts texts;
   CLI::App app{"k3-launch: run Kimi K3 as a pipeline of services within a memory budget. Every flag --a-b is "
                "the TOML key a_b (docs/formats.md); a flag given wins over the TOML."};
-  app.add_option("config", cli.config_path, "TOML configuration (configs/*.toml)")->required();
+  app.add_option("config", cli.config_path, "TOML configuration (configs/*.toml); required unless --connect");
   std::map<std::string, std::vector<CLI::Option*>> groups;
   for (const OptionSpec& spec : LaunchOptionTable()) {
     AddFlag(app, spec, cli, texts);
@@ -224,9 +226,14 @@ std::optional<LaunchOptions> ReadLaunchOptions(int argc, char** argv) {
   if (!ParseCommandLine(app, argc, argv, "k3-launch")) return std::nullopt;  // --help, --version
 
   LaunchOptions opt;
-  const std::string text = ReadUserFile(cli.config_path, kMaxConfigFileBytes, "config", kExitUsage);
-  const std::string base = std::filesystem::path(cli.config_path).parent_path().string();
-  ApplyToml(text, cli.config_path, base, opt);
+  // --connect needs no TOML: the server has the model and the budget.
+  if (cli.config_path.empty() && (app.get_option("--connect")->count() == 0))
+    throw UsageError("config is required (a TOML such as configs/demo.toml), except with --connect");
+  if (!cli.config_path.empty()) {
+    const std::string text = ReadUserFile(cli.config_path, kMaxConfigFileBytes, "config", kExitUsage);
+    const std::string base = std::filesystem::path(cli.config_path).parent_path().string();
+    ApplyToml(text, cli.config_path, base, opt);
+  }
   opt.config_path = cli.config_path;
   // Flags given on the command line win over the TOML.
   auto given = [&](const std::string& flag) { return app.get_option(flag)->count() > 0; };
@@ -264,12 +271,12 @@ std::optional<LaunchOptions> ParseLaunchOptions(int argc, char** argv) {
   std::optional<LaunchOptions> opt = ReadLaunchOptions(argc, argv);
   HideSecretArgs(argc, argv);
   if (opt && !opt->api_key_file.empty()) {
-    if (opt->serve.empty()) throw UsageError("--api-key-file needs --serve");
+    if (opt->serve.empty() && opt->connect.empty()) throw UsageError("--api-key-file needs --serve or --connect");
     if (!opt->api_key.empty()) throw UsageError("api_key and api_key_file exclude each other: give one");
     opt->api_key = ReadSecretFile(opt->api_key_file, "api_key_file");  // exit 7 naming it
   }
   // The key may come from the environment, which other users cannot read (argv they can).
-  if (opt && opt->api_key.empty())
+  if (opt && opt->api_key.empty() && (!opt->serve.empty() || !opt->connect.empty()))
     if (const char* k = std::getenv("K3_API_KEY"); k && *k) opt->api_key = k;
   if (opt) CheckOptions(*opt);
   return opt;
@@ -283,9 +290,22 @@ void CheckOutputFiles(LaunchOptions& opt) {
   }
 }
 
+// --connect: the chat or the prompt goes to a running server; what only a local run does is refused.
+static void CheckConnectOptions(const LaunchOptions& opt) {
+  if (const std::string bad = ServerUrlProblem(opt.connect); !bad.empty()) throw UsageError("--connect " + bad);
+  if (!opt.serve.empty()) throw UsageError("--connect and --serve exclude each other");
+  if (!opt.chat && opt.prompt.empty() && opt.prompt_file.empty() && opt.ids.empty())
+    throw UsageError("--connect needs --chat, --prompt, --prompt-file or --ids");
+  if (opt.dry_run || !opt.save_state.empty() || !opt.load_state.empty() || opt.perplexity || !opt.dump_logits.empty())
+    throw UsageError("--connect has no --dry-run, --save-state, --load-state, --perplexity or --dump-logits (the server runs the model)");
+  if (opt.insecure || !opt.allowed_hosts.empty() || !opt.served_model_name.empty())
+    throw UsageError("--insecure, --allowed-hosts and --served-model-name are the server's (--serve), not --connect's");
+}
+
 void CheckOptions(const LaunchOptions& opt) {
-  if (opt.budget.empty()) throw UsageError("--budget is required (in the TOML or on the command line)");
-  if (opt.model.empty()) throw UsageError("no model: set 'model' in the TOML or pass --model");
+  if (!opt.connect.empty()) CheckConnectOptions(opt);
+  if (opt.budget.empty() && opt.connect.empty()) throw UsageError("--budget is required (in the TOML or on the command line)");
+  if (opt.model.empty() && opt.connect.empty()) throw UsageError("no model: set 'model' in the TOML or pass --model");
   if (opt.gen < 0) throw UsageError("--gen must be >= 0");
   if (opt.reply_limit < 0) throw UsageError("--reply-limit must be >= 0");
   if (const std::string bad = limits::ThreadsProblem(opt.threads, true); !bad.empty()) throw UsageError(bad);
@@ -338,15 +358,19 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.io != "direct" && opt.io != "pread" && opt.io != "uring" && opt.io != "mmap")
     throw UsageError("--io: unknown backend '" + opt.io + "' (direct, pread, uring, mmap)");
   if (const std::string bad = SamplingProblem(opt.sampling, opt.logprobs); !bad.empty()) throw UsageError(bad);
-  if (opt.thinking_effort != "low" && opt.thinking_effort != "high" && opt.thinking_effort != "max")
+  if (!IsThinkingEffort(opt.thinking_effort))
     throw UsageError("--thinking-effort: '" + opt.thinking_effort + "' is not low, high or max");
   if (opt.no_think && opt.thinking_effort_given)
     throw UsageError("--no-think and --thinking-effort contradict each other");
   if (!opt.chat && !opt.system.empty()) throw UsageError("--system needs --chat");
   if (!opt.chat && opt.serve.empty() && (opt.no_think || opt.thinking_effort_given))
     throw UsageError("--thinking-effort and --no-think need --chat or --serve");
+  if (!opt.chat && !opt.input_history.empty()) throw UsageError("--input-history needs --chat");
+  if (!opt.api_key_file.empty() && opt.serve.empty() && opt.connect.empty())
+    throw UsageError("--api-key-file needs --serve or --connect");
   if (opt.chat && (!opt.prompt.empty() || !opt.prompt_file.empty() || !opt.ids.empty()))
     throw UsageError("--chat takes its prompts from the terminal: no --prompt, --prompt-file or --ids");
+  if (!opt.connect.empty()) return;
   if (opt.serve.empty()) {
     if (!opt.api_key.empty() || opt.insecure || !opt.served_model_name.empty() || !opt.allowed_hosts.empty())
       throw UsageError("--api-key, --insecure, --served-model-name and --allowed-hosts need --serve");

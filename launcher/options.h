@@ -78,6 +78,12 @@ struct LaunchOptions {
   std::string thinking_effort = "max";  // --thinking-effort: low, high or max
   bool no_think = false;                // --no-think: no thinking channel
   bool thinking_effort_given = false;   // set by the TOML or the flag (refused with no_think)
+  // The lines typed at a terminal's chat prompt, kept across sessions (launcher/input_history.h;
+  // "" = the XDG state directory's file, "off" = none).
+  std::string input_history;
+  // --connect URL (launcher/remote.h, docs/chat.md "A running server"): --chat or --prompt
+  // through a running k3-launch --serve's OpenAI API; no service is started.
+  std::string connect;
   // Serve mode (--serve, docs/server.md): k3-server answers OpenAI-compatible HTTP requests.
   std::string serve;              // HOST:PORT ("" = not serving)
   std::string api_key;            // clients send "Authorization: Bearer KEY" ("" = none)

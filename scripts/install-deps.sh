@@ -12,7 +12,7 @@ PKGS=(build-essential cmake ninja-build pkg-config
       libzmq3-dev cppzmq-dev libflatbuffers-dev flatbuffers-compiler
       libtomlplusplus-dev nlohmann-json3-dev libcli11-dev liburing-dev
       libpcre2-dev libxxhash-dev zlib1g-dev libssl-dev libsodium-dev
-      libgtest-dev libgmock-dev googletest libcpp-httplib-dev
+      libgtest-dev libgmock-dev googletest libcpp-httplib-dev libedit-dev
       python3 python3-numpy)
 tests=0 torch=0
 for a in "$@"; do

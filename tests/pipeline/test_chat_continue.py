@@ -15,7 +15,9 @@ empty), with --no-think inside the answer's text.
 - /load of that file in a new session continues exactly as the first session did (the same
   third turn, reuse and reply);
 - every turn and the one-shot run report first_token_seconds: > 0 and no more than the turn's
-  (run's) seconds.
+  (run's) seconds;
+- /set temperature and seed reach compute: the reply is a one-shot run's with those flags on the
+  same rendering (and not the greedy reply); a refused /set is one line and the chat goes on.
 """
 import json
 import os
@@ -196,6 +198,23 @@ class ChatContinue(unittest.TestCase):
         a3 = session.report["turns"][2]
         for k in ("prompt_tokens", "reused_tokens", "generated_tokens", "reasoning", "response", "finish_reason"):
             self.assertEqual(b3[k], a3[k], k)
+
+    def test_set_sampling_reaches_compute(self):
+        # /set temperature and seed (docs/chat.md "/set"): the reply is the one-shot run's with the
+        # same flags on the same rendering (a draw depends on the seed and the position).
+        lines = ["/set temperature 1.5", "/set seed 11", "/set top_p 0", USERS[0], "/quit"]
+        p = self.chat("sampled", lines, False)
+        (turn,) = p.report["turns"]
+        self.assertIn("[chat] /set: --top-p 0: must be in (0, 1]", p.stderr)  # refused; the chat went on
+        ids = render([{"role": "user", "content": USERS[0]}], False)
+        out = os.path.join(self.tmp.name, "sampled-one-shot.json")
+        ref = run_launch(CONFIG, "--ids", ",".join(map(str, ids)), "--gen", LIMIT, "--temperature", "1.5", "--seed", 11,
+                         "--quiet", out=out, exe=os.path.join(BIN, "k3-launch"), timeout=300)
+        self.assertEqual(ref.returncode, 0, ref.stderr[-3000:])
+        self.assertEqual(turn["generated_tokens"], len(ref.report["generated_ids"]))
+        self.assertEqual(turn["response"], tokenizer("decode", "--ids", ",".join(map(str, ref.report["generated_ids"]))).decode())
+        greedy = self.sessions[False][0].report["turns"][0]  # the same first line, greedy
+        self.assertNotEqual(turn["response"], greedy["response"])  # the settings changed the reply
 
     def one_shot(self, name, ids):
         out, state = os.path.join(self.tmp.name, name + ".json"), os.path.join(self.tmp.name, name + ".k3state")

@@ -43,7 +43,9 @@ class Term:
         cmd = " ".join([os.path.join(BIN, "k3-launch")] + [shlex_quote(a) for a in args])
         script = os.path.join(tmp, name + ".sh")
         with open(script, "w") as f:
-            f.write(f"cd {shlex_quote(ROOT)}\n{cmd}\necho $? > {shlex_quote(self.rc_file)}\n")
+            # The chat's input history goes to the test's directory, not the user's state directory.
+            f.write(f"cd {shlex_quote(ROOT)}\nexport XDG_STATE_HOME={shlex_quote(tmp)}\n{cmd}\n"
+                    f"echo $? > {shlex_quote(self.rc_file)}\n")
         subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "60",
                         "bash " + shlex_quote(script) + "; sleep 600"], check=True)
 

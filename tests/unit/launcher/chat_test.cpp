@@ -244,19 +244,23 @@ TEST(ChatTurn, TheGenerateRunsToTheEndIdWithinTheRoom) {
   p.send = {60, 61};
   p.keep = true;
   p.room = 10;
-  const ipc::compute::Generate g = TurnGenerate(o, p, Ids(), 4);
+  const ipc::compute::Generate g = TurnGenerate(o, p, Ids(), 4, o.sampling);
   EXPECT_EQ(g.request_id, 4u);
   EXPECT_EQ(g.ids, p.send);
   EXPECT_EQ(g.gen, 10);  // the room, not --gen
   EXPECT_EQ(g.stop_ids, std::vector<int32_t>({7, 103, 104}));  // eom once, then eos
   EXPECT_TRUE(g.keep_state);
   EXPECT_EQ(g.max_positions, 64);
+  ipc::compute::Sampling set;  // the session's sampling (/set), not the options'
+  set.temperature = 0.7f;
+  set.seed = 99;
+  EXPECT_EQ(TurnGenerate(o, p, Ids(), 4, set).sampling, set);
   p.room = 1000;
-  EXPECT_EQ(TurnGenerate(o, p, Ids(), 5).gen, 1000);
+  EXPECT_EQ(TurnGenerate(o, p, Ids(), 5, o.sampling).gen, 1000);
   o.reply_limit = 100;
-  EXPECT_EQ(TurnGenerate(o, p, Ids(), 5).gen, 100);
+  EXPECT_EQ(TurnGenerate(o, p, Ids(), 5, o.sampling).gen, 100);
   p.room = 30;
-  EXPECT_EQ(TurnGenerate(o, p, Ids(), 5).gen, 30);
+  EXPECT_EQ(TurnGenerate(o, p, Ids(), 5, o.sampling).gen, 30);
   EXPECT_EQ(KeptAfterTurn(40, 6, 2, 9), 40);
   EXPECT_EQ(KeptAfterTurn(0, 6, 2, 9), 17);
 }
@@ -273,15 +277,18 @@ TEST(ChatTurn, TheSnapshotPointIsWhereTheNewestMessageStarts) {
   TurnPlan p;
   p.send = first;
   p.room = 10;
-  EXPECT_EQ(TurnGenerate(o, p, Ids(), 1).snapshot_at, 6);
+  EXPECT_EQ(TurnGenerate(o, p, Ids(), 1, o.sampling).snapshot_at, 6);
   p.send = {60, 61, 103, 70, 71};
   p.keep = true;
-  EXPECT_EQ(TurnGenerate(o, p, Ids(), 2).snapshot_at, 0);
+  EXPECT_EQ(TurnGenerate(o, p, Ids(), 2, o.sampling).snapshot_at, 0);
 }
 
 TEST(ChatTurn, SummaryLine) {
   ChatTurn t{9, 57, 12, "", "", "stop", 2.314, 0.0421};
-  EXPECT_EQ(TurnSummary(t, 0), "[chat] 12 tokens (stop) in 2.31 s, first token 0.042 s; 57 ids reused, 9 prefilled");
+  EXPECT_EQ(TurnSummary(t, 0), "[chat] 12 tokens (stop) in 2.31 s, first token 0.042 s, 4.8 tokens/s; 57 ids reused, 9 prefilled");
+  // 11 ids after the first in 2.314 - 0.0421 s; one id has no rate.
+  ChatTurn one{9, 57, 1, "", "", "stop", 0.5, 0.5};
+  EXPECT_EQ(TurnSummary(one, 0), "[chat] 1 tokens (stop) in 0.50 s, first token 0.500 s; 57 ids reused, 9 prefilled");
   t.finish_reason = "length";
   EXPECT_EQ(TurnSummary(t, 12).substr(0, 44), "[chat] 12 tokens (--reply-limit 12 reached) ");
   EXPECT_EQ(TurnSummary(t, 0).substr(0, 37), "[chat] 12 tokens (the context is full");

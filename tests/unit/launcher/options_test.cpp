@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -201,6 +202,36 @@ TEST_F(FlagsTest, FlagsOverrideTheToml) {
   EXPECT_EQ(o.prompt, "Hello");
   EXPECT_EQ(o.ids, "");  // one prompt source replaces the other
   EXPECT_EQ(o.threads, 0);
+}
+
+// --connect (docs/chat.md "A running server"): the key's sources and the rules of the mode.
+TEST_F(FlagsTest, ConnectKeysAndRules) {
+  std::ofstream(toml_) << "model = \"mdl\"\nbudget = \"2G\"\n";  // no prompt: --chat may come
+  LaunchOptions o;
+  ::setenv("K3_API_KEY", "from-env", 1);
+  ASSERT_EQ(Parse({"--prompt", "x"}, o).first, 0);  // a local run: the variable is not its key
+  EXPECT_EQ(o.api_key, "");
+  ASSERT_EQ(Parse({"--prompt", "x", "--connect", "http://127.0.0.1:8080"}, o).first, 0);
+  EXPECT_EQ(o.api_key, "from-env");
+  const std::string key_file = (dir_ / "key").string();
+  std::ofstream(key_file) << "from-file\n";
+  std::filesystem::permissions(key_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  ASSERT_EQ(Parse({"--chat", "--connect", "http://h:1", "--api-key-file", key_file}, o).first, 0);
+  EXPECT_EQ(o.api_key, "from-file");  // the file before the variable
+  ::unsetenv("K3_API_KEY");
+  EXPECT_EQ(Parse({"--chat", "--connect", "http://h:1", "--api-key-file", key_file, "--api-key", "k"}, o).first,
+            kExitUsage);
+  std::ofstream(key_file) << "two words\n";
+  EXPECT_EQ(Parse({"--chat", "--connect", "http://h:1", "--api-key-file", key_file}, o).first, kExitBadInput);
+  EXPECT_EQ(Parse({"--chat", "--connect", "http://h:1", "--api-key-file", dir_.string()}, o).first, kExitBadInput);
+  EXPECT_EQ(Parse({"--prompt", "x", "--api-key-file", key_file}, o).first, kExitUsage);  // neither serve nor connect
+  EXPECT_EQ(Parse({"--connect", "http://h:1"}, o).first, kExitUsage);  // nothing to send
+  EXPECT_EQ(Parse({"--chat", "--connect", "https://h:1"}, o).first, kExitUsage);
+  EXPECT_EQ(Parse({"--chat", "--connect", "http://h:1", "--serve", "127.0.0.1:0"}, o).first, kExitUsage);
+  EXPECT_EQ(Parse({"--chat", "--connect", "http://h:1", "--save-state", "s"}, o).first, kExitUsage);
+  EXPECT_EQ(Parse({"--prompt", "x", "--input-history", "h"}, o).first, kExitUsage);  // a chat's
+  ASSERT_EQ(Parse({"--chat", "--input-history", "off"}, o).first, 0);
+  EXPECT_EQ(o.input_history, "off");
 }
 
 TEST_F(FlagsTest, StopFlagsRepeatAndAddUp) {
