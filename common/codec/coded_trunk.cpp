@@ -93,6 +93,31 @@ ExpertDigest PackId(const std::vector<CodedRun>& runs) {
   return DigestBytes(all.data(), all.size());
 }
 
+void CheckCodedTrunkFits(const CodedTrunk& t, const Checkpoint& ck, const ModelConfig& cfg, const std::string& what) {
+  auto bad = [&](const std::string& why) { return BadModel(what + " is not a coded trunk of " + ck.dir() + ": " + why); };
+  if (t.num_layers != cfg.num_layers)
+    throw bad(std::to_string(t.num_layers) + " layers, the model has " + std::to_string(cfg.num_layers));
+  if (t.shards.size() != ck.shard_paths().size())
+    throw bad(std::to_string(t.shards.size()) + " shards, the model has " + std::to_string(ck.shard_paths().size()));
+  for (size_t i = 0; i < t.shards.size(); ++i) {
+    const std::string& p = ck.shard_paths()[i];
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(p, ec);
+    if (t.shards[i].file != std::filesystem::path(p).filename().string() || ec || size != t.shards[i].bytes)
+      throw bad("it was packed from " + t.shards[i].file + " of " + std::to_string(t.shards[i].bytes) + " bytes, the model has " +
+                std::filesystem::path(p).filename().string() + " of " + (ec ? ec.message() : std::to_string(size) + " bytes"));
+  }
+  const std::vector<CodedRun> want = PlanCodedRuns(ck, cfg);
+  if (want.size() != t.runs.size())
+    throw bad(std::to_string(t.runs.size()) + " runs, the model's trunk makes " + std::to_string(want.size()));
+  for (size_t i = 0; i < want.size(); ++i)
+    if (want[i].layer != t.runs[i].layer || want[i].shard != t.runs[i].shard || want[i].begin != t.runs[i].begin ||
+        want[i].end != t.runs[i].end)
+      throw bad("run " + std::to_string(i) + " codes bytes " + std::to_string(t.runs[i].begin) + ".." +
+                std::to_string(t.runs[i].end) + " of shard " + std::to_string(t.runs[i].shard) + ", the model's trunk has " +
+                std::to_string(want[i].begin) + ".." + std::to_string(want[i].end) + " of shard " + std::to_string(want[i].shard));
+}
+
 std::string RunOwner(const CodedTrunk& t, const CodedRun& r) {
   return r.layer == t.num_layers ? "the globals" : "layer " + std::to_string(r.layer);
 }

@@ -70,6 +70,11 @@ std::array<uint8_t, kCodedHeaderBytes> CodedHeader(const CodedTrunk& t);
 // (a data file of other weights), another run count, another size.
 void CheckCodedHeader(const uint8_t* h, uint64_t got, const CodedTrunk& t, const std::string& path);
 
+// BadModel unless `t` was packed from this checkpoint's layout: the same shard names and sizes,
+// and the runs PlanCodedRuns gives (layer, shard, begin, end). Cheap: headers and sizes only;
+// that the bytes are the same is what the digests show.
+void CheckCodedTrunkFits(const CodedTrunk& t, const Checkpoint& ck, const ModelConfig& cfg, const std::string& what);
+
 // "layer 3" or "the globals", for messages.
 std::string RunOwner(const CodedTrunk& t, const CodedRun& r);
 

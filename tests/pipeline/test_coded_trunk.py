@@ -6,7 +6,7 @@ the release's bytes of every run, the runs cover every non-expert tensor, the di
 header are the format's, and the demo's trunk codes to at most 0.72 of its size (the issue's
 target on trained weights). `k3-model check DST` passes on it and refuses, with one line and
 exit 3, a changed coded byte, a truncated data file, a data file of other weights, a truncated
-manifest; pack-trunk refuses a used DST (exit 2) and a DST it cannot create (exit 4), and the
+manifest; `check --release SRC` binds it to SRC (and refuses another model and a changed byte); pack-trunk refuses a used DST (exit 2) and a DST it cannot create (exit 4), and the
 same release packs to the same bytes.
 Environment: K3_TESTDATA, K3_BIN (as test_pipeline.py).
 """
@@ -127,6 +127,31 @@ class CodedTrunkTest(unittest.TestCase):
         self.assertEqual(r.returncode, 3, r.stderr)
         self.assertRegex(r.stderr, ONE_LINE % "k3-coded-trunk.bin")
         shutil.rmtree(d)
+
+    def test_check_release_binds_the_coded_trunk_to_its_release(self):
+        r = k3_model("check", self.tiny, "--release", tp.MODEL)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stdout, r"release: .* is the packed release \(shard names and sizes, and the bytes of all \d+ runs\)")
+        r = k3_model("check", self.tiny, "--release", DEMO)  # another model
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertRegex(r.stderr, ONE_LINE % "is not a coded trunk of")
+        # The same layout with one trunk byte changed in the release (a bf16 weight of the last run).
+        copy = os.path.join(self.tmp, "altered")
+        shutil.copytree(tp.MODEL, copy)
+        m = self.manifest(self.tiny)
+        last = m["runs"][-1]
+        with open(os.path.join(copy, m["shards"][last["shard"]]["file"]), "r+b") as f:
+            f.seek(last["begin"] + 1)
+            b = f.read(1)
+            f.seek(last["begin"] + 1)
+            f.write(bytes([b[0] ^ 1]))
+        r = k3_model("check", self.tiny, "--release", copy)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertRegex(r.stderr, ONE_LINE % "has other bytes than the packed ones")
+        shutil.rmtree(copy)
+        r = k3_model("check", tp.MODEL, "--release", tp.MODEL)  # --release is for coded trunks
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertRegex(r.stderr, ONE_LINE % "not a coded trunk")
 
     def test_pack_refuses_a_used_or_impossible_destination(self):
         r = k3_model("pack-trunk", tp.MODEL, self.tiny)

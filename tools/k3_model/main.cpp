@@ -2,7 +2,7 @@
 //   k3-model digest DIR [--out PATH]   the expert manifest of a trusted copy
 //   k3-model trunk-only SRC DST         a copy without the routed experts (sparse holes)
 //   k3-model pack-trunk SRC DST         the coded trunk of SRC (lossless, smaller) in DST
-//   k3-model check DIR [--digests]      complete release, trunk-only copy or coded trunk
+//   k3-model check DIR [--digests] [--release SRC]  complete release, trunk-only copy or coded trunk
 // Errors are one line; exit codes as docs/exit-codes.md.
 #include <CLI/CLI.hpp>
 
@@ -43,7 +43,7 @@ int Main(int argc, char** argv) {
   int threads = DefaultThreads();
   app.add_option("--threads", threads, "hashing (and coding) threads (default: the online cores)")->check(CLI::Range(1, 256));
 
-  std::string dir, out, src, dst;
+  std::string dir, out, src, dst, release;
   bool with_digests = false;
   auto* digest = app.add_subcommand("digest", "write the expert manifest (SHA-256 of every routed expert) of a trusted copy");
   digest->add_option("DIR", dir, "model directory")->required();
@@ -57,6 +57,7 @@ int Main(int argc, char** argv) {
   auto* check = app.add_subcommand("check", "is DIR a complete release, a trunk-only copy or a coded trunk; what budget suits this machine");
   check->add_option("DIR", dir, "model directory")->required();
   check->add_flag("--digests", with_digests, "also hash every routed expert and compare it with the manifest");
+  check->add_option("--release", release, "with a coded trunk DIR: also check that it is this model directory's trunk");
   if (!ParseCommandLine(app, argc, argv, "k3-model")) return kExitOk;
   if (*digest) return Digest(dir, out, threads);
   if (*trunk) {
@@ -74,8 +75,9 @@ int Main(int argc, char** argv) {
   }
   if (IsCodedTrunkDir(dir)) {
     if (with_digests) throw UsageError("--digests: " + dir + " is a coded trunk; its check always compares every digest");
-    return CheckCodedTrunk(dir, threads);
+    return CheckCodedTrunk(dir, release, threads);
   }
+  if (!release.empty()) throw UsageError("--release: " + dir + " is not a coded trunk (no k3-coded-trunk.json)");
   return CheckModel(dir, with_digests, threads);
 }
 

@@ -162,7 +162,33 @@ PackSummary PackTrunk(const std::string& src, const std::string& dst, int thread
   return sum;
 }
 
-int CheckCodedTrunk(const std::string& dir, int threads) {
+namespace {
+
+// The release's side of the binding: its layout, then each run's source bytes against the digest.
+void CheckRelease(const CodedTrunk& t, const std::string& release, const std::string& mpath, int threads) {
+  const Checkpoint ck = Checkpoint::Open(release);
+  const ModelConfig cfg = LoadModelConfig(release + "/config.json");
+  codec::CheckCodedTrunkFits(t, ck, cfg, mpath);
+  std::deque<Fd> fds;
+  for (const std::string& p : ck.shard_paths()) fds.emplace_back(p);
+  Parallel(t.runs.size(), threads, [&](size_t i) {
+    const CodedRun& r = t.runs[i];
+    const std::string& path = ck.shard_paths()[static_cast<size_t>(r.shard)];
+    std::vector<uint8_t> bytes(r.end - r.begin);
+    if (ReadUpTo(fds[static_cast<size_t>(r.shard)].fd, bytes.data(), bytes.size(), r.begin, path) != bytes.size())
+      throw BadModel(path + ": ends inside " + RunOwner(t, r) + "'s trunk bytes (truncated shard)");
+    if (ExpertDigestOf(bytes.data(), bytes.size()) != r.digest)
+      throw BadModel(mpath + " is not a coded trunk of " + release + ": run " + std::to_string(i) + " (" + RunOwner(t, r) +
+                     ", bytes " + std::to_string(r.begin) + ".." + std::to_string(r.end) + " of " + path +
+                     ") has other bytes than the packed ones");
+  });
+  std::printf("release: %s is the packed release (shard names and sizes, and the bytes of all %zu runs)\n",
+              release.c_str(), t.runs.size());
+}
+
+}  // namespace
+
+int CheckCodedTrunk(const std::string& dir, const std::string& release, int threads) {
   const std::string mpath = (fs::path(dir) / codec::kCodedTrunkManifestFile).string();
   const std::string path = (fs::path(dir) / codec::kCodedTrunkDataFile).string();
   const CodedTrunk t = codec::LoadCodedTrunk(mpath);
@@ -206,6 +232,7 @@ int CheckCodedTrunk(const std::string& dir, int threads) {
   });
   std::printf("decoded: all %zu runs give the release's bytes (digests match); %.2f s, decode %.2f GB/s per thread (%s)\n",
               t.runs.size(), Since(t0), source / 1e9 / std::max(1e-9, decode_seconds.load()), codec::IsaName(codec::Isa::kAuto));
+  if (!release.empty()) CheckRelease(t, release, mpath, threads);
   return kExitOk;
 }
 

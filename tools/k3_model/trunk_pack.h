@@ -23,7 +23,9 @@ bool IsCodedTrunkDir(const std::string& dir);
 // Checks the coded trunk in `dir`: the manifest, the data file's header and size, and every run:
 // its coded bytes against their digest, then decoded (every frame checked) against the digest
 // of the release's bytes. Prints what it found; BadModel (exit 3) naming the run on the first
-// defect, RuntimeFailure (exit 1) on a read error. Returns kExitOk.
-int CheckCodedTrunk(const std::string& dir, int threads);
+// defect, RuntimeFailure (exit 1) on a read error. With `release` (a model directory), also that
+// the coded trunk is that model's: its layout (codec::CheckCodedTrunkFits) and the digest of each
+// run's bytes read from its shards. Returns kExitOk.
+int CheckCodedTrunk(const std::string& dir, const std::string& release, int threads);
 
 }  // namespace k3::model_tool
