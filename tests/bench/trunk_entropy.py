@@ -43,12 +43,18 @@ def main(model, coded=None):
                 fine_bound += n
                 continue
             bf16_bytes += n
-            v = data[start + b:start + e].view("<u2")
-            hi, lo = (v >> 8).astype(np.int64), (v & 255).astype(np.int64)
+            counts = np.zeros((2, 512), np.int64)  # [high byte, low byte] and [high byte x last exponent bit]
+            raw = data[start + b:start + e]
+            step = 1 << 25  # bytes per block: bounded memory on multi-GB tensors
+            for at in range(0, n, step):
+                blk = raw[at:at + step]
+                hi, lo = blk[1::2], blk[0::2]
+                counts[0, :256] += np.bincount(hi, minlength=256)
+                counts[0, 256:] += np.bincount(lo, minlength=256)
+                counts[1] += np.bincount(hi.astype(np.uint16) * 2 + (lo >> 7), minlength=512)
             values = n // 2
-            plane_bound += values * (entropy_bits(np.bincount(hi, minlength=256)) +
-                                     entropy_bits(np.bincount(lo, minlength=256))) / 8
-            fine_bound += values * (entropy_bits(np.bincount(hi * 2 + (lo >> 7), minlength=512)) + 7) / 8
+            plane_bound += values * (entropy_bits(counts[0, :256]) + entropy_bits(counts[0, 256:])) / 8
+            fine_bound += values * (entropy_bits(counts[1]) + 7) / 8
     print(f"{model}: trunk {total / 1e6:.1f} MB ({bf16_bytes / total:.4f} of it BF16)")
     print(f"  byte-plane entropy bound (per tensor):  {plane_bound / total:.4f}x")
     print(f"  with the last exponent bit conditioned: {fine_bound / total:.4f}x")
