@@ -2,12 +2,13 @@
 """Write a K3 checkpoint in the RELEASED layout for any dimensions (docs/model.md).
 
     make_checkpoint.py OUT_DIR [--preset tiny|real] [--seed S] [--layers N] [--experts E]
-                       [--vocab V] [--small-dtype release|f32|bf16]
+                       [--vocab V] [--small-dtype release|f32|bf16] [--real-values bits|gaussian]
 
 tiny: the adversarial 13-layer model (map KKKMKKKMKKKMM, attn_res block 3) whose weights
 are scaled so both SiTU caps engage, the router bias reorders the top-k, A_log is spread
 per head and conv taps are large. real: real K3 layer geometry, random bf16 bit patterns
-written block by block so multi-GB checkpoints take seconds, not minutes.
+written block by block so multi-GB checkpoints take seconds, not minutes (--real-values gaussian:
+N(0, std) rounded to bf16 instead, like trained weights, for the coded trunk's sizes; slower).
 """
 import argparse
 import hashlib
@@ -195,10 +196,16 @@ class RealInit(TinyInit):
     """Fast initialisation for real geometry: random bf16 bit patterns generated in blocks."""
 
     BLOCK = 1 << 24  # elements per generated block
+    gaussian = False  # --real-values gaussian
 
     def bf16_chunks(self, name, n, std):
         def gen():
             r = self.rng(name)
+            if self.gaussian:
+                for done in range(0, n, self.BLOCK):
+                    u = (r.standard_normal(min(self.BLOCK, n - done), dtype=np.float32) * np.float32(std)).view(np.uint32)
+                    yield ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # nearest, ties to even
+                return
             # Exponent field for magnitudes in [std/4, 4*std): base exponent plus 2 random bits.
             base = 127 + int(np.floor(np.log2(std))) - 2
             done = 0
@@ -236,6 +243,8 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int)
     ap.add_argument("--small-dtype", choices=["release", "f32", "bf16"], default="release",
                     help="dtype of the small non-matrix tensors (default: exactly the release's)")
+    ap.add_argument("--real-values", choices=["bits", "gaussian"], default="bits",
+                    help="real preset matrices: random bf16 bit patterns in four exponents (fast) or N(0, std) in bf16")
     ap.add_argument("--template", default=TEMPLATE, help="released config.json to copy the shape from")
     args = ap.parse_args(argv)
 
@@ -247,6 +256,7 @@ def main(argv=None):
         ap.error("need layers >= 1, experts >= top_k and vocab >= 257")
     d["full_attn"] = full_attn_layers(d["layers"], args.preset == "real")
     init = (RealInit if args.preset == "real" else TinyInit)(args.seed, d)
+    init.gaussian = args.real_values == "gaussian"
 
     os.makedirs(args.out_dir, exist_ok=True)
     cfg = build_config(d, args.template)
