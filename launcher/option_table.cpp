@@ -194,6 +194,10 @@ std::vector<OptionSpec> MakeTable() {
        "max_batch + queue_size + 4 (0)"},
       {"max_body_bytes", T::kInt, K3_FIELD(max_body_bytes), "N",
        "serve: largest request body in bytes, at least 1024; larger: 413", kToServer},
+      {"tokenizer_timeout", T::kNumber, K3_FIELD(tokenizer_timeout), "SECONDS",
+       "serve: a prompt the tokenizer has not encoded in this time fails with 504 (and /health is 503 until it "
+       "answers again), 0.1 to 86400",
+       kToServer},
   };
   t.insert(t.end(), rest.begin(), rest.end());
   return t;

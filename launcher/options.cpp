@@ -363,6 +363,8 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.queue_size < 0 || opt.queue_size > (1 << 20)) throw UsageError("queue_size must be 0 to 1048576");
   if (opt.http_threads < 0 || opt.http_threads > 4096) throw UsageError("http_threads must be 0 (automatic) to 4096");
   if (opt.max_body_bytes < 1024) throw UsageError("max_body_bytes must be at least 1024");
+  if (!(opt.tokenizer_timeout >= 0.1 && opt.tokenizer_timeout <= 86400))
+    throw UsageError("tokenizer_timeout must be 0.1 to 86400 seconds");
 }
 
 }  // namespace k3::launch

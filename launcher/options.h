@@ -87,6 +87,7 @@ struct LaunchOptions {
   int64_t queue_size = 16;        // requests waiting for a place in the batch; more: 429
   int64_t http_threads = 0;       // HTTP connection threads (0: max_batch + queue_size + 4)
   int64_t max_body_bytes = 1 << 20;  // largest request body; larger: 413
+  double tokenizer_timeout = 30;     // seconds a prompt may wait for the tokenizer; then 504
 };
 
 // The most expert servers a run uses (the fetcher's RemoteReads::kMaxServers).

@@ -501,10 +501,12 @@ class ServeModeTest(unittest.TestCase):
                                  stdout=subprocess.PIPE)
             time.sleep(1.0)
             t0 = time.time()
-            st, body = request("GET", srv.base + "/health")
+            st, body = request("GET", srv.base + "/v1/models", headers={"Authorization": "Bearer sekrit"})
             self.assertEqual(st, 429)
             self.assertLess(time.time() - t0, 1.0)
             self.assertEqual(json.loads(body)["error"]["type"], "rate_limit_error")
+            # A monitor still sees a healthy server, not a refusal.
+            self.assertEqual(request("GET", srv.base + "/health")[0], 200)
             c.communicate(timeout=120)
             self.assertEqual(c.returncode, 0)
         finally:
