@@ -2,9 +2,12 @@
 //   - its bytes: at most max_body_bytes whether sent with Content-Length, chunked or until the
 //     connection closes (and after any Content-Encoding is undone); the read stops at the first
 //     byte over, before the rest arrives, and the answer is 413;
+//   - its time: the whole body within kBodyTimeout of its first read (httplib's timeout is per
+//     read, so a byte every few seconds would hold a connection thread for ever); 408;
 //   - its JSON: nesting depth and the size it takes once parsed (common/json_strict.h), so a
 //     body within the byte limit cannot make the server allocate many times its size; 400.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <string>
 
@@ -21,17 +24,24 @@ inline constexpr size_t kParsedBytesPerBodyByte = 8;
 // For a body of `body_bytes`: what it may become once parsed is bounded by its own size.
 JsonLimits RequestJsonLimits(size_t body_bytes);
 
-// Collects a body as it arrives; Add refuses (and keeps nothing more) past the limit.
+// A whole body, from the start of its read: a megabyte at 200 kbit/s.
+inline constexpr std::chrono::seconds kBodyTimeout{60};
+
+// Collects a body as it arrives; Add refuses (and keeps nothing more) past the byte limit or,
+// given `now`, past the deadline.
 class BoundedBody {
  public:
-  explicit BoundedBody(size_t limit) : limit_(limit) {}
-  bool Add(const char* data, size_t n);  // false once the body is over the limit
+  using Clock = std::chrono::steady_clock;
+  BoundedBody(size_t limit, Clock::time_point deadline) : limit_(limit), deadline_(deadline) {}
+  bool Add(const char* data, size_t n, Clock::time_point now);  // false once over a limit
   bool over() const { return over_; }
+  bool late() const { return late_; }
   std::string& text() { return text_; }
 
  private:
   size_t limit_;
-  bool over_ = false;
+  Clock::time_point deadline_;
+  bool over_ = false, late_ = false;
   std::string text_;
 };
 

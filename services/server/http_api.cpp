@@ -160,14 +160,17 @@ void Complete(const httplib::Request& req, const std::string& body, httplib::Res
 // A body read through httplib's content reader, held to max_body_bytes however it is framed
 // (httplib 0.11 bounds only a Content-Length body itself). False: `res` holds the error.
 bool ReadBody(const httplib::ContentReader& reader, httplib::Response& res, const HttpConfig& cfg, std::string& body) {
-  BoundedBody bounded(cfg.max_body_bytes);
-  const bool read = reader([&](const char* data, size_t n) { return bounded.Add(data, n); });
+  BoundedBody bounded(cfg.max_body_bytes, BoundedBody::Clock::now() + kBodyTimeout);
+  const bool read = reader([&](const char* data, size_t n) { return bounded.Add(data, n, BoundedBody::Clock::now()); });
   if (read) {
     body = std::move(bounded.text());
     return true;
   }
   res.set_header("Connection", "close");  // the rest of the body is never read
-  if (bounded.over() || res.status == 413) SendError(res, StatusError(413, cfg.max_body_bytes));
+  if (bounded.late())
+    SendError(res, {408, "the request body did not arrive within " + std::to_string(kBodyTimeout.count()) + " s",
+                    "invalid_request_error", "timeout"});
+  else if (bounded.over() || res.status == 413) SendError(res, StatusError(413, cfg.max_body_bytes));
   else SendError(res, {400, "the request body could not be read (malformed framing or a timeout)", "invalid_request_error", ""});
   return false;
 }

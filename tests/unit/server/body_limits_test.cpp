@@ -30,14 +30,27 @@ bool Accepted(const std::string& body, const JsonLimits& limits) {
 std::string Nested(size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); }
 
 TEST(BodyLimits, BoundedBodyKeepsUpToTheLimitAndRefusesTheFirstByteOver) {
-  BoundedBody b(10);
-  EXPECT_TRUE(b.Add("12345", 5));
-  EXPECT_TRUE(b.Add("67890", 5));  // exactly the limit
+  const auto t0 = BoundedBody::Clock::now();
+  BoundedBody b(10, t0 + std::chrono::seconds(1));
+  EXPECT_TRUE(b.Add("12345", 5, t0));
+  EXPECT_TRUE(b.Add("67890", 5, t0));  // exactly the limit
   EXPECT_FALSE(b.over());
-  EXPECT_FALSE(b.Add("x", 1));
+  EXPECT_FALSE(b.Add("x", 1, t0));
   EXPECT_TRUE(b.over());
-  EXPECT_FALSE(b.Add("", 0));  // stays refused
+  EXPECT_FALSE(b.Add("", 0, t0));  // stays refused
   EXPECT_EQ(b.text(), "1234567890");
+  EXPECT_FALSE(b.late());
+}
+
+TEST(BodyLimits, ABodyStillArrivingAtItsDeadlineIsRefused) {
+  const auto t0 = BoundedBody::Clock::now();
+  BoundedBody b(100, t0 + kBodyTimeout);
+  EXPECT_TRUE(b.Add("a", 1, t0 + kBodyTimeout - std::chrono::seconds(1)));  // a byte now and then
+  EXPECT_FALSE(b.Add("b", 1, t0 + kBodyTimeout + std::chrono::milliseconds(1)));
+  EXPECT_TRUE(b.late());
+  EXPECT_FALSE(b.over());
+  EXPECT_FALSE(b.Add("c", 1, t0));  // stays refused
+  EXPECT_EQ(b.text(), "a");
 }
 
 TEST(BodyLimits, DepthIsBoundedAt64OpenArraysAndObjects) {
