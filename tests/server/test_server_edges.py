@@ -7,6 +7,8 @@
 - with the tokenizer stopped (SIGSTOP) a request fails with 504 after tokenizer_timeout and
   /health is 503; a client that goes away meanwhile is noticed (its request never runs);
 - nested or tree-heavy bodies within the byte limit are 400 with flat memory; repeated keys 400;
+- slow clients (a header byte now and then) hold no connection thread: /health and completions
+  answer while 30 trickle, and a flood of 590 leaves k3-server at most 512 of them (fds bounded);
 - HTTP/1.0 never gets `Transfer-Encoding: chunked`; a non-streamed request whose compute dies
   is answered with a 5xx status, not 200 with an error inside;
 - the listen backlog is not httplib's 5.
@@ -217,20 +219,20 @@ class EdgesTest(unittest.TestCase):
             except OSError:  # a 429 answered before the body was sent (Connection: close)
                 statuses.append((429, "{}"))
 
-        threads = [threading.Thread(target=send, args=(nested if i % 2 else empties,)) for i in range(20)]
+        threads = [threading.Thread(target=send, args=(nested if i % 2 else empties,)) for i in range(12)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         grew = (hwm_kib(pid) - before) / 1024
-        print("twenty 1 MiB nested/empty-array bodies: VmHWM +%.1f MiB" % grew, file=sys.stderr)
+        print("twelve 1 MiB nested/empty-array bodies at once: VmHWM +%.1f MiB" % grew, file=sys.stderr)
         # Each refused: 400 once parsed (bounded), or 429 when every connection thread was busy.
-        self.assertEqual(len(statuses), 20)
+        self.assertEqual(len(statuses), 12)
         self.assertTrue({st for st, _ in statuses} <= {400, 429}, statuses)
         messages = {json.loads(text)["error"]["message"] for st, text in statuses if st == 400}
         self.assertTrue(any("nested deeper than 64" in m for m in messages), messages)
         self.assertTrue(any("bytes once parsed" in m for m in messages), messages)
-        self.assertLess(grew, 128)  # unbounded (main, 2026-12-02): +299 MiB with only 2 of them parsed
+        self.assertLess(grew, 128)  # unbounded (main, 2026-12-02): twenty took +299 MiB, only 2 of them parsed
         st, text = self.post("/v1/completions", b'{"model": "%s", "prompt": "x", "max_tokens": 1, "max_tokens": 9}'
                              % NAME.encode())
         self.assertEqual(st, 400, text)
