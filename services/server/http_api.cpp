@@ -195,6 +195,14 @@ void InstallRoutes(httplib::Server& svr, Engine& engine, Metrics& metrics, const
                       "rate_limit_error", "server_busy"});
       return httplib::Server::HandlerResponse::Handled;
     }
+    // A declared length over the limit is refused before its body: httplib would read it all
+    // (to skip it) however slowly it came.
+    if (req.has_header("Content-Length") &&
+        req.get_header_value<uint64_t>("Content-Length") > static_cast<uint64_t>(cfg.max_body_bytes)) {
+      res.set_header("Connection", "close");
+      SendError(res, StatusError(413, cfg.max_body_bytes));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     const GateRequest g{req.method, req.path, req.get_header_value("Authorization"),
                         req.get_header_value("Content-Type"), req.get_header_value("Host")};
     if (const std::optional<HttpError> e = CheckRequest(g, {cfg.api_key, cfg.allowed_hosts, cfg.port})) {

@@ -1,7 +1,8 @@
 """k3-server holds its edges (issue 25, HTTP items): one `k3-launch --serve` of the demo model
 (real services, sockets and signals) driven by raw HTTP as a hostile or careless client would.
 
-- a chunked (or length-less) body over max_body_bytes is 413 without being read whole: the
+- a chunked (or length-less) body over max_body_bytes is 413 without being read whole (a
+  declared length over it without being read at all): the
   server's peak memory (VmHWM, reset through /proc/PID/clear_refs) stays flat;
 - a prompt over the tokenizer's 16 MiB message limit is 413 and frees its queue place;
 - with the tokenizer stopped (SIGSTOP) a request fails with 504 after tokenizer_timeout and
@@ -148,6 +149,13 @@ class EdgesTest(unittest.TestCase):
         self.assertLess(sent, 40 * MiB)  # refused before the rest was read
         # The body held is at most the limit (20 MiB), not 64 MiB and its parse.
         self.assertLess(grew, 48)
+        # A declared length over the limit: refused at once, nothing of the body read (httplib
+        # would read all of it to skip it, however slowly it came).
+        t0 = time.time()
+        reply, _ = raw_exchange(self.srv.port, head.replace(b"Transfer-Encoding: chunked", b"Content-Length: %d" % (1 << 40)),
+                                [b"{" * 1024], timeout=5)
+        self.assertEqual(status_of(reply), 413, reply[:300])
+        self.assertLess(time.time() - t0, 3)
         # A POST to another path is not read either.
         reply, sent = raw_exchange(self.srv.port, head.replace(b"/v1/completions", b"/v1/elsewhere"), chunked(64 * MiB))
         self.assertEqual(status_of(reply), 404, reply[:300])
