@@ -45,6 +45,7 @@ int ConnectionGate::NewConnectionFd(ino_t& ino) {
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return -1;
   int found = -1, count = 0;
+  std::vector<std::pair<int, ino_t>> unknown;
   while (const dirent* e = readdir(dir)) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
@@ -60,9 +61,14 @@ int ConnectionGate::NewConnectionFd(ino_t& ino) {
     found = static_cast<int>(fd);
     ino = st.st_ino;
     ++count;
+    unknown.emplace_back(found, st.st_ino);
   }
   closedir(dir);
-  return count == 1 ? found : -1;
+  if (count == 1) return found;
+  // Several unknown (one went on ungated before): none is gated now, and all are known from
+  // here on, so the next accept is found again.
+  for (const auto& [fd, i] : unknown) live_[fd] = i;
+  return -1;
 }
 
 void ConnectionGate::Admit(std::function<void()> task) {
@@ -73,6 +79,7 @@ void ConnectionGate::Admit(std::function<void()> task) {
   ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;  // edge: a slow head wakes the gate once per arrival
   ev.data.fd = fd;
   if (fd < 0 || epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (fd >= 0) live_[fd] = ino;  // known, so it is not taken for the next accept's socket
     lock.unlock();
     pass_(std::move(task));
     return;
