@@ -1,6 +1,7 @@
 // The engine's tokenizer requests (common/ipc/tokenizer_client.h: each answered once, sent
 // again after a restart): prompts encoded or chat-rendered, the chat control ids (asked once,
 // common/chat_control_ids.h), and each generated id's bytes (asked once, then cached).
+#include <cstdio>
 #include <iostream>
 
 #include "common/chat_control_ids.h"
@@ -35,8 +36,9 @@ void Engine::CheckTokenizerDeadlines() {
   for (const auto& [tid, job] : late) {
     tok_requests_.Forget(tid);
     tok_pending_.erase(tid);
-    const long secs = static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(cfg_.tokenizer_timeout).count());
-    Fail(job, MakeHttpError(504, "the tokenizer did not answer within " + std::to_string(secs) + " s", "server_error", "timeout"),
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", std::chrono::duration<double>(cfg_.tokenizer_timeout).count());
+    Fail(job, MakeHttpError(504, std::string("the tokenizer did not answer within ") + secs + " s", "server_error", "timeout"),
          Outcome::kFailed);
   }
   if (stalled != tokenizer_stalled_) {
