@@ -211,6 +211,10 @@ std::vector<OptionSpec> MakeTable() {
        "0 (max_tokens_limit, or up to the context)"},
       {"max_tokens_limit", T::kInt, K3_FIELD(max_tokens_limit), "N",
        "serve: the most generated tokens a request may ask for; more: 400", kToServer, "0 (no limit)"},
+      {"tokenizer_timeout", T::kNumber, K3_FIELD(tokenizer_timeout), "SECONDS",
+       "serve: a prompt the tokenizer has not encoded in this time fails with 504 (and /health is 503 until it "
+       "answers again), 0.1 to 86400",
+       kToServer},
   };
   t.insert(t.end(), rest.begin(), rest.end());
   return t;

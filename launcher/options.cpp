@@ -396,6 +396,8 @@ void CheckOptions(const LaunchOptions& opt) {
   if (opt.max_body_bytes < 1024) throw UsageError("max_body_bytes must be at least 1024");
   if (const std::string bad = MaxTokensPolicyProblem({opt.max_tokens_default, opt.max_tokens_limit}); !bad.empty())
     throw UsageError(bad);
+  if (!(opt.tokenizer_timeout >= 0.1 && opt.tokenizer_timeout <= 86400))
+    throw UsageError("tokenizer_timeout must be 0.1 to 86400 seconds");
 }
 
 }  // namespace k3::launch

@@ -96,6 +96,7 @@ struct LaunchOptions {
   int64_t max_body_bytes = 1 << 20;  // largest request body; larger: 413
   int64_t max_tokens_default = 0;    // a request without max_tokens gets this (0: the limit, or the context)
   int64_t max_tokens_limit = 0;      // a request asking for more is 400 (0: no limit)
+  double tokenizer_timeout = 30;     // seconds a prompt may wait for the tokenizer; then 504
 };
 
 // The most expert servers a run uses (the fetcher's RemoteReads::kMaxServers).

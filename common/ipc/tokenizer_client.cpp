@@ -23,6 +23,7 @@ const char* ErrorKind(tk::Error e) {
 uint64_t TokenizerRequests::Send(const std::function<Encoded(uint64_t)>& make, Resend when) {
   const uint64_t id = next_id_++;
   Request r{make(id), when, Clock::now()};
+  if (r.msg.payload.size() > kMaxTokenizerPayload) return 0;
   SendMessage(sock_, r.msg);
   pending_.emplace(id, std::move(r));
   return id;

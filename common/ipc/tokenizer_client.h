@@ -39,7 +39,9 @@ class TokenizerRequests {
   explicit TokenizerRequests(zmq::socket_t& sock) : sock_(sock) {}
 
   uint64_t NewId() { return next_id_++; }  // an id for a request kept elsewhere (a stream)
-  // Sends make(id) under a new id and keeps it pending until Answered(id); returns the id.
+  // Sends make(id) under a new id and keeps it pending until Answered(id); returns the id, or 0
+  // (nothing sent) when the message is over kMaxTokenizerPayload: the tokenizer would drop it
+  // unanswered.
   uint64_t Send(const std::function<Encoded(uint64_t)>& make, Resend when);
   // A reply for `id` arrived: true when it answers a pending request (no longer pending).
   bool Answered(uint64_t id);

@@ -29,12 +29,13 @@ std::string Engine::NotReady() const {
   for (const std::string& s : cfg_.services)
     if (!ready_.count(s)) missing += (missing.empty() ? "" : ", ") + s;
   if (missing.empty() && !control_ids_known_) missing = "the tokenizer's chat ids";
+  if (missing.empty() && tokenizer_stalled_) missing = "the tokenizer, which has not answered for a while";
   return missing;
 }
 
 void Engine::UpdateHealth() {
   std::lock_guard<std::mutex> lock(inbox_mu_);
-  bool all = control_ids_known_ && !stopping_;
+  bool all = control_ids_known_ && !stopping_ && !tokenizer_stalled_;
   for (const std::string& s : cfg_.services) all = all && ready_.count(s) > 0;
   healthy_ = all;
 }
@@ -91,6 +92,7 @@ void Engine::Run(const std::function<void()>& stop_http) {
     CheckClientsGone();
     Dispatch();
     tok_requests_.ResendStale(Clock::now());
+    CheckTokenizerDeadlines();
     std::vector<uint64_t> ids;
     for (const auto& [id, a] : active_)
       if (a.dispatched) ids.push_back(id);

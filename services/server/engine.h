@@ -49,6 +49,9 @@ struct EngineConfig {
   int queue_size = 16;
   int prefill_chunk = 0;
   std::vector<int32_t> stop_ids;  // the model's end ids (common/end_ids.h), sorted
+  // A prompt the tokenizer has not encoded (or a chat not rendered) this long fails with 504;
+  // any tokenizer request unanswered this long makes /health 503 until the tokenizer answers.
+  std::chrono::milliseconds tokenizer_timeout{std::chrono::seconds(30)};
 };
 
 class Engine {
@@ -89,13 +92,16 @@ class Engine {
     uint64_t job = 0;
     int32_t id = -1;        // kDecode
     std::string name;       // kControl
+    ipc::Clock::time_point sent{};
   };
 
   void HandleControl();
   void HandleCompute();
   void HandleTokenizer();
   void TakeSubmitted();
-  void SendTokenizer(TokPending p, const std::function<ipc::Encoded(uint64_t)>& make);
+  // False when the message was not sent: over the tokenizer's message limit.
+  bool SendTokenizer(TokPending p, const std::function<ipc::Encoded(uint64_t)>& make);
+  void CheckTokenizerDeadlines();  // prompts past tokenizer_timeout fail; a probe when idle
   void AskControlIds();
   void OnPromptIds(uint64_t job, std::vector<int32_t> ids);
   void OnControlIds(const std::string& name, const std::vector<int32_t>& ids, const std::string& failure);
@@ -127,6 +133,7 @@ class Engine {
   std::set<std::string> ready_;  // services whose Ready the launcher relayed
   std::string chat_error_;       // why chat cannot run ("" when it can, or not known yet)
   bool control_ids_known_ = false;
+  std::atomic<bool> tokenizer_stalled_{false};  // a request has waited past tokenizer_timeout; cleared by any reply
   std::atomic<bool> healthy_{false};
 
   // Engine thread only.
@@ -139,6 +146,7 @@ class Engine {
   std::optional<ChatControlIds> chat_ids_;
   std::map<std::string, std::vector<int32_t>> control_answers_;
   bool shutdown_ = false;
+  ipc::Clock::time_point last_probe_{};
 };
 
 }  // namespace k3::server

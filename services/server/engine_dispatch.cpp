@@ -31,11 +31,19 @@ void Engine::TakeSubmitted() {
       OnPromptIds(id, *spec.prompt_ids);
       continue;
     }
-    SendTokenizer(TokPending{TokKind::kPrompt, id, -1, {}}, [&](uint64_t tid) {
+    const bool sent = SendTokenizer(TokPending{TokKind::kPrompt, id, -1, {}}, [&](uint64_t tid) {
       return spec.endpoint == Endpoint::kChat
                  ? ipc::Encode(tk::RenderChat{tid, HistoryJsonl(spec.messages), spec.thinking, spec.effort})
                  : ipc::Encode(tk::Encode{tid, spec.prompt_text, false});
     });
+    if (!sent)
+      Fail(id,
+           MakeHttpError(413,
+                         std::string(spec.endpoint == Endpoint::kChat ? "the conversation" : "the prompt") +
+                             " is larger than the tokenizer's message limit of " +
+                             std::to_string(ipc::kMaxTokenizerPayload >> 20) + " MiB",
+                         "invalid_request_error", "prompt_too_large"),
+           Outcome::kInvalid);
   }
 }
 

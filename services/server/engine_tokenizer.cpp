@@ -1,6 +1,7 @@
 // The engine's tokenizer requests (common/ipc/tokenizer_client.h: each answered once, sent
 // again after a restart): prompts encoded or chat-rendered, the chat control ids (asked once,
 // common/chat_control_ids.h), and each generated id's bytes (asked once, then cached).
+#include <cstdio>
 #include <iostream>
 
 #include "common/chat_control_ids.h"
@@ -13,9 +14,42 @@ namespace k3::server {
 namespace tk = ipc::tokenizer;
 using ipc::Clock;
 
-void Engine::SendTokenizer(TokPending p, const std::function<ipc::Encoded(uint64_t)>& make) {
+bool Engine::SendTokenizer(TokPending p, const std::function<ipc::Encoded(uint64_t)>& make) {
   const uint64_t id = tok_requests_.Send(make, ipc::TokenizerRequests::Resend::kOnRestartOrTimeout);
+  if (id == 0) return false;
+  p.sent = Clock::now();
   tok_pending_[id] = std::move(p);
+  return true;
+}
+
+// A prompt the tokenizer does not answer in time fails (its queue place freed); a stalled
+// tokenizer makes /health 503. Idle, a one-id Decode once a second checks it still answers.
+void Engine::CheckTokenizerDeadlines() {
+  const auto now = Clock::now();
+  std::vector<std::pair<uint64_t, uint64_t>> late;  // tokenizer request id, job
+  bool stalled = false;
+  for (const auto& [tid, p] : tok_pending_) {
+    if (now - p.sent <= cfg_.tokenizer_timeout) continue;
+    stalled = true;
+    if (p.kind == TokKind::kPrompt) late.emplace_back(tid, p.job);
+  }
+  for (const auto& [tid, job] : late) {
+    tok_requests_.Forget(tid);
+    tok_pending_.erase(tid);
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", std::chrono::duration<double>(cfg_.tokenizer_timeout).count());
+    Fail(job, MakeHttpError(504, std::string("the tokenizer did not answer within ") + secs + " s", "server_error", "timeout"),
+         Outcome::kFailed);
+  }
+  if (stalled != tokenizer_stalled_) {
+    tokenizer_stalled_ = stalled;
+    UpdateHealth();
+  }
+  if (tok_pending_.empty() && control_ids_known_ && now - last_probe_ > std::chrono::seconds(1)) {
+    last_probe_ = now;
+    SendTokenizer(TokPending{TokKind::kDecode, 0, 0, {}}, [](uint64_t tid) { return ipc::Encode(tk::Decode{tid, {0}, false, false}); });
+    decoding_.insert(0);
+  }
 }
 
 // The chat template's control ids, asked once (chat is refused without them).
@@ -52,6 +86,10 @@ void Engine::HandleTokenizer() {
     if (it == tok_pending_.end()) continue;
     TokPending p = std::move(it->second);
     tok_pending_.erase(it);
+    if (tokenizer_stalled_) {
+      tokenizer_stalled_ = false;  // it answers again
+      UpdateHealth();
+    }
     const auto* ids = std::get_if<tk::EncodedIds>(&r->message);
     const auto* dec = std::get_if<tk::Decoded>(&r->message);
     const auto* failed = std::get_if<tk::Failed>(&r->message);

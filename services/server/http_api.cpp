@@ -1,10 +1,15 @@
 #include "services/server/http_api.h"
 #include "services/server/request_gate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <initializer_list>
 #include <memory>
 
+#include "services/server/body_limits.h"
+#include "services/server/client_socket.h"
+#include "services/server/engine_errors.h"
 #include "services/server/openai_response.h"
 #include "services/server/status_headers.h"
 #include "services/server/task_queue.h"
@@ -32,15 +37,26 @@ HttpError StatusError(int status, size_t max_body) {
   }
 }
 
-// Waits for the job to leave `phase` (or for a deadline); true when it did.
-bool WaitPast(Job& j, Job::Phase phase, std::chrono::milliseconds up_to) {
-  std::unique_lock<std::mutex> lock(j.mu);
-  return j.cv.wait_for(lock, up_to, [&] { return j.phase != phase; });
+// Waits for the job to leave every phase in `phases`, watching the client: one that goes away
+// meanwhile (its socket closed; nothing is written to it) marks the job client_gone. True when
+// the job moved on, false when the client went away.
+bool WaitWatching(Job& j, std::initializer_list<Job::Phase> phases, int client_fd) {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(j.mu);
+      const auto moved = [&] { return std::find(phases.begin(), phases.end(), j.phase) == phases.end(); };
+      if (j.cv.wait_for(lock, std::chrono::milliseconds(100), moved)) return true;
+    }
+    if (PeerClosed(client_fd)) {
+      j.client_gone = true;
+      return false;
+    }
+  }
 }
 
-void Complete(const httplib::Request& req, httplib::Response& res, Endpoint endpoint, Engine& engine,
-              Metrics& metrics, const HttpConfig& cfg) {
-  auto parsed = ParseRequest(req.body, endpoint, cfg.defaults);
+void Complete(const httplib::Request& req, const std::string& body, httplib::Response& res, Endpoint endpoint,
+              Engine& engine, Metrics& metrics, const HttpConfig& cfg) {
+  auto parsed = ParseRequest(body, endpoint, cfg.defaults, RequestJsonLimits(body.size()));
   if (auto* e = std::get_if<HttpError>(&parsed)) {
     metrics.Count(Outcome::kInvalid);
     return SendError(res, *e);
@@ -61,20 +77,28 @@ void Complete(const httplib::Request& req, httplib::Response& res, Endpoint endp
     return SendError(res, *e);
   }
   std::shared_ptr<Job> job = std::get<std::shared_ptr<Job>>(submitted);
-  // Until the prompt is encoded and checked, the answer can still be an error status.
-  while (!WaitPast(*job, Job::Phase::kPreparing, std::chrono::milliseconds(200)))
-    if (job->client_gone) break;
-  {
-    std::lock_guard<std::mutex> lock(job->mu);
-    if (job->phase == Job::Phase::kFailed) return SendError(res, job->error);
-  }
+  const int client_fd = FindConnectionSocket({req.local_addr, req.remote_addr, req.local_port, req.remote_port});
+  const bool stream = job->spec.stream;
+  // Until the prompt is encoded and checked (non-streamed: until the end) the answer can still
+  // be an error status.
+  using P = Job::Phase;
+  if (!WaitWatching(*job, stream ? std::initializer_list<P>{P::kPreparing}
+                                 : std::initializer_list<P>{P::kPreparing, P::kQueued, P::kRunning},
+                    client_fd))
+    return SendError(res, ClientGone());
   ResponseIds ids{(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(job->id) + "-" +
                       std::to_string(std::chrono::steady_clock::now().time_since_epoch().count() % 1000000007),
                   static_cast<int64_t>(std::time(nullptr)), cfg.model_name};
-  const bool stream = job->spec.stream;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    if (job->phase == P::kFailed) return SendError(res, job->error);
+    if (!stream) {  // finished: one JSON answer with its length
+      std::vector<Delta> all(std::make_move_iterator(job->deltas.begin()), std::make_move_iterator(job->deltas.end()));
+      return res.set_content(Dump(FullResponse(ids, *job, all)), "application/json");
+    }
+  }
   auto finished = std::make_shared<bool>(false);
-  auto provider = [job, ids, stream, finished](size_t, httplib::DataSink& sink) {
-    std::vector<Delta> all;  // non-streamed: joined at the end
+  auto provider = [job, ids, finished](size_t, httplib::DataSink& sink) {
     bool first = true;
     size_t offset = 0;  // completions' text_offset
     auto last_write = std::chrono::steady_clock::now();
@@ -99,38 +123,29 @@ void Complete(const httplib::Request& req, httplib::Response& res, Endpoint endp
         phase = job->phase;
       }
       for (Delta& d : deltas) {
-        if (stream) {
-          if (!event(Chunk(ids, *job, &d, first, "", offset))) return false;
-          first = false;
-          offset += d.content.size();
-        } else {
-          all.push_back(std::move(d));
-        }
+        if (!event(Chunk(ids, *job, &d, first, "", offset))) return false;
+        first = false;
+        offset += d.content.size();
       }
       if (phase == Job::Phase::kFinished) {
         std::lock_guard<std::mutex> lock(job->mu);  // the results are final; the engine is done with them
-        if (stream) {
-          if (first && !event(Chunk(ids, *job, nullptr, true, "", 0))) return false;
-          if (!event(Chunk(ids, *job, nullptr, false, job->finish_reason, offset))) return false;
-          if (job->spec.include_usage && !event(UsageChunk(ids, *job))) return false;
-          if (!write("data: [DONE]\n\n")) return false;
-        } else if (!write(Dump(FullResponse(ids, *job, all)))) {
-          return false;
-        }
+        if (first && !event(Chunk(ids, *job, nullptr, true, "", 0))) return false;
+        if (!event(Chunk(ids, *job, nullptr, false, job->finish_reason, offset))) return false;
+        if (job->spec.include_usage && !event(UsageChunk(ids, *job))) return false;
+        if (!write("data: [DONE]\n\n")) return false;
         *finished = true;
         sink.done();
         return true;
       }
       if (phase == Job::Phase::kFailed) {
         std::lock_guard<std::mutex> lock(job->mu);
-        if (stream) (void)event(ErrorJson(job->error));
-        else (void)write(Dump(ErrorJson(job->error)));
+        (void)event(ErrorJson(job->error));
         *finished = true;
         sink.done();
         return true;
       }
-      // Nothing to say for a second: check the client is still there (SSE comment; JSON whitespace).
-      if (std::chrono::steady_clock::now() - last_write > std::chrono::seconds(1) && !write(stream ? ": waiting\n\n" : " "))
+      // Nothing to say for a second: check the client is still there (an SSE comment).
+      if (std::chrono::steady_clock::now() - last_write > std::chrono::seconds(1) && !write(": waiting\n\n"))
         return false;
       if (!sink.is_writable()) {
         job->client_gone = true;
@@ -140,27 +155,59 @@ void Complete(const httplib::Request& req, httplib::Response& res, Endpoint endp
   };
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(stream ? "text/event-stream" : "application/json", provider,
-                                   [job, finished](bool) {
-                                     if (!*finished) job->client_gone = true;  // the connection ended first
-                                   });
+  auto released = [job, finished](bool) {
+    if (!*finished) job->client_gone = true;  // the connection ended first
+  };
+  // HTTP/1.0 has no chunked encoding: the stream ends when the connection closes.
+  if (req.version == "HTTP/1.0") res.set_content_provider("text/event-stream", provider, released);
+  else res.set_chunked_content_provider("text/event-stream", provider, released);
+}
+
+// A body read through httplib's content reader, held to max_body_bytes however it is framed
+// (httplib 0.11 bounds only a Content-Length body itself). False: `res` holds the error.
+bool ReadBody(const httplib::ContentReader& reader, httplib::Response& res, const HttpConfig& cfg, std::string& body) {
+  BoundedBody bounded(cfg.max_body_bytes, BoundedBody::Clock::now() + kBodyTimeout);
+  const bool read = reader([&](const char* data, size_t n) { return bounded.Add(data, n, BoundedBody::Clock::now()); });
+  if (read) {
+    body = std::move(bounded.text());
+    return true;
+  }
+  res.set_header("Connection", "close");  // the rest of the body is never read
+  if (bounded.late())
+    SendError(res, {408, "the request body did not arrive within " + std::to_string(kBodyTimeout.count()) + " s",
+                    "invalid_request_error", "timeout"});
+  else if (bounded.over() || res.status == 413) SendError(res, StatusError(413, cfg.max_body_bytes));
+  else SendError(res, {400, "the request body could not be read (malformed framing or a timeout)", "invalid_request_error", ""});
+  return false;
 }
 
 }  // namespace
 
 void InstallRoutes(httplib::Server& svr, Engine& engine, Metrics& metrics, const HttpConfig& cfg) {
-  svr.new_task_queue = [threads = cfg.threads] { return new BoundedTaskQueue(static_cast<size_t>(threads)); };
+  svr.new_task_queue = [threads = cfg.threads, port = cfg.port] {
+    return new BoundedTaskQueue(static_cast<size_t>(threads), GateLimits{port});
+  };
   svr.set_payload_max_length(cfg.max_body_bytes);
   svr.set_keep_alive_max_count(1);  // a kept-alive idle connection would hold a worker thread
   svr.set_read_timeout(10, 0);
   svr.set_write_timeout(5, 0);
   svr.set_pre_routing_handler([&cfg, &metrics](const httplib::Request& req, httplib::Response& res) {
-    if (OverloadedThread()) {
+    // /health and /metrics are answered even on the overflow thread: a monitor must see a
+    // server that is busy, not a refusal.
+    if (OverloadedThread() && req.path != "/health" && req.path != "/metrics") {
       metrics.Count(Outcome::kRejected);
       res.set_header("Connection", "close");
       SendError(res, WithRetryAfter({429, "all " + std::to_string(cfg.threads) + " connection threads are busy; retry later",
                                      "rate_limit_error", "server_busy"},
                                     metrics.MeanRequestSeconds(), cfg.max_batch));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // A declared length over the limit is refused before its body: httplib would read it all
+    // (to skip it) however slowly it came.
+    if (req.has_header("Content-Length") &&
+        req.get_header_value<uint64_t>("Content-Length") > static_cast<uint64_t>(cfg.max_body_bytes)) {
+      res.set_header("Connection", "close");
+      SendError(res, StatusError(413, cfg.max_body_bytes));
       return httplib::Server::HandlerResponse::Handled;
     }
     const GateRequest g{req.method, req.path, req.get_header_value("Authorization"),
@@ -199,11 +246,18 @@ void InstallRoutes(httplib::Server& svr, Engine& engine, Metrics& metrics, const
                              "model_not_found"});
     res.set_content(Dump(model_json()), "application/json");
   });
-  svr.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
-    Complete(req, res, Endpoint::kCompletions, engine, metrics, cfg);
-  });
-  svr.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) {
-    Complete(req, res, Endpoint::kChat, engine, metrics, cfg);
+  // Content-reader handlers: the body is read here, bounded (ReadBody), not by httplib whole.
+  for (const auto& [path, endpoint] : {std::pair{"/v1/completions", Endpoint::kCompletions},
+                                       std::pair{"/v1/chat/completions", Endpoint::kChat}})
+    svr.Post(path, [&, endpoint = endpoint](const httplib::Request& req, httplib::Response& res,
+                                             const httplib::ContentReader& reader) {
+      std::string body;
+      if (ReadBody(reader, res, cfg, body)) Complete(req, body, res, endpoint, engine, metrics, cfg);
+    });
+  // Any other POST: answered without reading its body (httplib would read a chunked one whole).
+  svr.Post(".*", [](const httplib::Request&, httplib::Response& res, const httplib::ContentReader&) {
+    res.set_header("Connection", "close");
+    SendError(res, StatusError(404, 0));
   });
   svr.Get("/health", [&engine](const httplib::Request&, httplib::Response& res) {
     if (engine.Healthy()) return res.set_content(Dump({{"status", "ok"}}), "application/json");

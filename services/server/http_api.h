@@ -1,10 +1,9 @@
 // The HTTP side of k3-server on cpp-httplib: routes (/v1/models, /v1/completions,
 // /v1/chat/completions, /health, /metrics), the Bearer key check, OpenAI error objects for
 // every error status (httplib's own 404 and 413 included) and 429 for connections beyond the
-// thread pool (task_queue.h). Each completion request waits for its Job in its own HTTP thread;
-// the response body is written by a chunked content provider so a client that goes away is
-// noticed while the request waits or runs (a failed write; a blank written every second keeps
-// checking a non-streamed one, leading whitespace being valid JSON).
+// thread pool (task_queue.h). Each completion request waits for its Job in its own HTTP thread,
+// watching its client's socket (client_socket.h); a streamed answer is written by a content
+// provider (chunked, or close-delimited for HTTP/1.0). Bodies are read bounded (body_limits.h).
 #pragma once
 #include <httplib.h>
 
@@ -18,6 +17,9 @@
 #include "services/server/openai_request.h"
 
 namespace k3::server {
+
+// Connections the kernel holds for accept() (httplib's own is 5).
+inline constexpr int kListenBacklog = 1024;
 
 struct HttpConfig {
   std::string model_name;

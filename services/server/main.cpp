@@ -10,6 +10,7 @@
 // k3-expert-server.
 #include <CLI/CLI.hpp>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -46,6 +47,7 @@ struct Flags {
   server::HttpConfig http;
   bool insecure = false, no_think = false;
   int64_t max_body_bytes = 1 << 20;
+  double tokenizer_timeout = 30;
 };
 
 // "HOST:PORT" or "[V6]:PORT" -> host, port.
@@ -74,9 +76,19 @@ class Server {
     const int port = listen_.second;
     const std::string& host = f_.bind_address;
     bound_ = port;
+    int listen_fd = -1;
+    svr_.set_socket_options([&listen_fd](socket_t s) {
+      httplib::default_socket_options(s);
+      listen_fd = s;
+    });
     if (port == 0) bound_ = svr_.bind_to_any_port(host);
     else if (!svr_.bind_to_port(host, port)) bound_ = -1;
     if (bound_ <= 0) throw RuntimeFailure("cannot listen on " + f_.listen + ": " + std::strerror(errno));
+    // httplib 0.11 listens with a backlog of 5, so a burst of connections is refused by the
+    // kernel; Linux lets a second listen() on the socket raise it.
+    svr_.set_socket_options(httplib::default_socket_options);  // listen_fd is local
+    if (listen_fd >= 0 && ::listen(listen_fd, server::kListenBacklog) != 0)
+      throw RuntimeFailure("cannot listen on " + f_.listen + ": " + std::strerror(errno));
     http_.port = bound_;
     server::InstallRoutes(svr_, engine_, metrics_, http_);
     std::cerr << "[server] listening on http://" << (host.find(':') != std::string::npos ? "[" + host + "]" : host)
@@ -141,6 +153,8 @@ int Main(int argc, char** argv) {
                  "generated tokens for a request without max_tokens (0: the limit, or up to the context)");
   app.add_option("--max-tokens-limit", f.http.max_tokens.limit,
                  "the most generated tokens a request may ask for; more: 400 (0: no limit)");
+  app.add_option("--tokenizer-timeout", f.tokenizer_timeout,
+                 "seconds a prompt may wait for the tokenizer (default 30); then 504, and /health 503 until it answers");
   app.add_option("--prefill-chunk", f.engine.prefill_chunk, "prompt tokens per forward chunk (0: compute's default)");
   app.add_option("--stop-ids", f.stop_ids, "ids that end every generation (the model's end ids), comma separated");
   app.add_option("--wait-for", f.wait_for, "services whose Ready /health waits for, comma separated");
@@ -173,6 +187,9 @@ int Main(int argc, char** argv) {
   if (f.engine.queue_size < 0 || f.engine.queue_size > 1 << 20) throw UsageError("--queue-size must be 0 to 1048576");
   if (f.http.threads < 1 || f.http.threads > 4096) throw UsageError("--threads must be 1 to 4096");
   if (f.max_body_bytes < 1024) throw UsageError("--max-body-bytes must be at least 1024");
+  if (!(f.tokenizer_timeout >= 0.1 && f.tokenizer_timeout <= 86400))
+    throw UsageError("--tokenizer-timeout must be 0.1 to 86400 seconds");
+  f.engine.tokenizer_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.tokenizer_timeout * 1000));
   if (f.engine.context < 2) throw UsageError("--context must be at least 2");
   if (f.engine.vocab < 1) throw UsageError("--vocab-size must be positive");
   if (const std::string bad = MaxTokensPolicyProblem(f.http.max_tokens); !bad.empty()) throw UsageError(bad);

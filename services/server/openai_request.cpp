@@ -32,12 +32,15 @@ double Number(const json& j, const char* name) {
 }
 
 int64_t Integer(const json& j, const char* name) {
-  if (j.is_number_integer()) return j.get<int64_t>();
-  if (j.is_number_unsigned()) {
+  if (j.is_number_integer() && !j.is_number_unsigned()) return j.get<int64_t>();
+  if (j.is_number_unsigned()) {  // (is_number_integer is true for these too)
     const uint64_t u = j.get<uint64_t>();
     if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) throw Bad{std::string("'") + name + "' is too large"};
     return static_cast<int64_t>(u);
   }
+  // Past 2^64 the parser holds an integer as a float.
+  if (j.is_number_float() && std::abs(j.get<double>()) >= 0x1p63 && std::nearbyint(j.get<double>()) == j.get<double>())
+    throw Bad{std::string("'") + name + "' is too large"};
   throw Bad{std::string("'") + name + "' must be an integer"};
 }
 
@@ -51,8 +54,9 @@ const json* Field(const json& body, const char* name) {
   return it == body.end() || it->is_null() ? nullptr : &*it;
 }
 
-// "--top-p 1.5: must be in (0, 1]" -> "'top_p' 1.5: must be in (0, 1]": the request's names.
-std::string RequestNames(std::string s) {
+// "--top-p 0: must be in (0, 1]" -> "'top_p' 1e-50: must be in (0, 1]": the request's names,
+// and its value as it was sent (a float field holds 1e-50 as 0).
+std::string RequestNames(std::string s, const json& body) {
   if (s.rfind("--", 0) != 0) return s;
   size_t end = s.find(' ');
   if (end == std::string::npos) end = s.size();
@@ -60,7 +64,10 @@ std::string RequestNames(std::string s) {
   for (char& c : name)
     if (c == '-') c = '_';
   if (name == "repeat_penalty") name = "repetition_penalty";  // the request's field (vLLM's name)
-  return "'" + name + "'" + s.substr(end);
+  std::string rest = s.substr(end);
+  if (const auto it = body.find(name); it != body.end() && it->is_number() && rest.find(':') != std::string::npos)
+    rest = " " + it->dump() + rest.substr(rest.find(':'));
+  return "'" + name + "'" + rest;
 }
 
 // A message's content: a string, or an array of {"type": "text", "text": ...} parts.
@@ -165,12 +172,12 @@ void ParseCompletion(const json& body, RequestSpec& r) {
 }  // namespace
 
 std::variant<RequestSpec, HttpError> ParseRequest(const std::string& body_text, Endpoint endpoint,
-                                                  const RequestDefaults& defaults) {
+                                                  const RequestDefaults& defaults, const JsonLimits& limits) {
   json body;
   try {
-    body = json::parse(body_text);
-  } catch (const json::exception& e) {
-    return Invalid(std::string("the body is not valid JSON: ") + e.what());
+    body = ParseJsonStrict(body_text, "the body", kExitUsage, limits);
+  } catch (const k3::Error& e) {
+    return Invalid(e.what());
   }
   if (!body.is_object()) return Invalid("the body must be a JSON object");
   RequestSpec r;
@@ -208,7 +215,7 @@ std::variant<RequestSpec, HttpError> ParseRequest(const std::string& body_text, 
     } else {
       s.seed = RandomSeed();
     }
-    if (const std::string bad = SamplingProblem(s, r.logprobs); !bad.empty()) throw Bad{RequestNames(bad)};
+    if (const std::string bad = SamplingProblem(s, r.logprobs); !bad.empty()) throw Bad{RequestNames(bad, body)};
     if (const json* st = Field(body, "stop")) {
       if (st->is_string()) r.stop.push_back(st->get<std::string>());
       else if (st->is_array()) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <variant>
 
+#include "common/json_strict.h"
 #include "services/server/job.h"
 
 namespace k3::server {
@@ -19,7 +20,8 @@ struct RequestDefaults {
 // The largest logprobs / top_logprobs a request may ask for.
 inline constexpr int kMaxRequestLogprobs = 20;
 
+// The body is parsed strictly (a repeated key is 400) within `limits` (services/server/body_limits.h).
 std::variant<RequestSpec, HttpError> ParseRequest(const std::string& body, Endpoint endpoint,
-                                                  const RequestDefaults& defaults);
+                                                  const RequestDefaults& defaults, const JsonLimits& limits = {});
 
 }  // namespace k3::server

@@ -7,14 +7,17 @@ thread_local bool t_overloaded = false;
 
 bool OverloadedThread() { return t_overloaded; }
 
-BoundedTaskQueue::BoundedTaskQueue(size_t workers) : workers_(workers) {
+BoundedTaskQueue::BoundedTaskQueue(size_t workers, GateLimits gate)
+    : workers_(workers), gate_(gate, [this](std::function<void()> fn) { Run(std::move(fn)); }) {
   for (size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { Work(false); });
   threads_.emplace_back([this] { Work(true); });
 }
 
 BoundedTaskQueue::~BoundedTaskQueue() { shutdown(); }
 
-void BoundedTaskQueue::enqueue(std::function<void()> fn) {
+void BoundedTaskQueue::enqueue(std::function<void()> fn) { gate_.Admit(std::move(fn)); }
+
+void BoundedTaskQueue::Run(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     // A connection waits for a worker only if one is free for it now.
@@ -29,6 +32,7 @@ void BoundedTaskQueue::enqueue(std::function<void()> fn) {
 }
 
 void BoundedTaskQueue::shutdown() {
+  gate_.Stop();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_ && threads_.empty()) return;

@@ -3,6 +3,9 @@
 // ThreadPool waits) but handed to one overflow thread that answers 429 at once
 // (OverloadedThread() is true there; the pre-routing handler turns it into the error).
 //
+// Before any of that a connection waits at the ConnectionGate (connection_gate.h) until its
+// request head has arrived, so a slow client holds no thread.
+//
 // Thread-safety: enqueue and shutdown are called by httplib's listening thread.
 #pragma once
 #include <httplib.h>
@@ -15,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "services/server/connection_gate.h"
+
 namespace k3::server {
 
 // True on the overflow thread: the request it serves is answered 429.
@@ -22,13 +27,14 @@ bool OverloadedThread();
 
 class BoundedTaskQueue : public httplib::TaskQueue {
  public:
-  explicit BoundedTaskQueue(size_t workers);
+  BoundedTaskQueue(size_t workers, GateLimits gate);
   ~BoundedTaskQueue() override;
   void enqueue(std::function<void()> fn) override;
   void shutdown() override;
 
  private:
   void Work(bool overflow);
+  void Run(std::function<void()> fn);  // a connection whose head is in: to a worker or the overflow
 
   std::mutex mu_;
   std::condition_variable cv_, overflow_cv_;
@@ -36,6 +42,7 @@ class BoundedTaskQueue : public httplib::TaskQueue {
   size_t workers_, busy_ = 0;
   bool shutdown_ = false;
   std::vector<std::thread> threads_;
+  ConnectionGate gate_;  // last: stopped (its connections passed on) before the threads
 };
 
 }  // namespace k3::server

@@ -499,12 +499,21 @@ class ServeModeTest(unittest.TestCase):
             c = subprocess.Popen(["node", os.path.join(HERE, "client.mjs"),
                                   json.dumps({"base": srv.base + "/v1", "key": "sekrit", "op": "create", "params": long})],
                                  stdout=subprocess.PIPE)
-            time.sleep(1.0)
+            # Until the stream's connection is up (node may take over a second to start), without a
+            # request of our own that could take the one thread first.
+            deadline = time.time() + 30
+            while not subprocess.run(["ss", "-Htn", "state", "established", "sport = :%d" % srv.port],
+                                     capture_output=True, text=True).stdout.strip():
+                self.assertLess(time.time(), deadline, "the stream never connected")
+                time.sleep(0.05)
+            time.sleep(0.5)
             t0 = time.time()
-            st, body = request("GET", srv.base + "/health")
+            st, body = request("GET", srv.base + "/v1/models", headers={"Authorization": "Bearer sekrit"})
             self.assertEqual(st, 429)
             self.assertLess(time.time() - t0, 1.0)
             self.assertEqual(json.loads(body)["error"]["type"], "rate_limit_error")
+            # A monitor still sees a healthy server, not a refusal.
+            self.assertEqual(request("GET", srv.base + "/health")[0], 200)
             c.communicate(timeout=120)
             self.assertEqual(c.returncode, 0)
         finally:

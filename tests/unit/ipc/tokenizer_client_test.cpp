@@ -82,6 +82,28 @@ TEST(TokenizerRequests, PendingOnesGoAgainUnderTheirIdAfterARestartOrATimeout) {
   EXPECT_TRUE(req.Pending(never) && req.Pending(restart) && !req.Pending(timed));
 }
 
+// A message the service would drop (over its 16 MiB payload limit, protocol.h) is never sent
+// and never pending: the caller learns it at once instead of waiting for a reply.
+TEST(TokenizerRequests, AMessageOverThePayloadLimitIsNotSent) {
+  zmq::context_t ctx;
+  zmq::socket_t service(ctx, zmq::socket_type::router), client(ctx, zmq::socket_type::dealer);
+  service.set(zmq::sockopt::linger, 0);
+  client.set(zmq::sockopt::linger, 0);
+  service.bind("inproc://tokenizer-requests-limit-test");
+  client.connect("inproc://tokenizer-requests-limit-test");
+  TokenizerRequests req(client);
+  const std::string big(16u << 20 | 8192, 'x');  // 16 MiB + 8 KiB of text: past 16 MiB + 4 KiB
+  const uint64_t id = req.Send([&](uint64_t i) { return Encode(tk::Encode{i, big, false}); },
+                               TokenizerRequests::Resend::kOnRestartOrTimeout);
+  EXPECT_EQ(id, 0u);
+  const std::string fits(16u << 20, 'x');  // 16 MiB of text and the message's framing: within
+  const uint64_t ok = req.Send([&](uint64_t i) { return Encode(tk::Encode{i, fits, false}); },
+                               TokenizerRequests::Resend::kOnRestartOrTimeout);
+  EXPECT_NE(ok, 0u);
+  EXPECT_TRUE(req.Pending(ok));
+  EXPECT_EQ(ReceivedIds(service, std::chrono::milliseconds(500)), std::vector<uint64_t>({ok}));
+}
+
 // The launcher's encode lost in a tokenizer restart: Resend() sends it again and its answer is taken.
 TEST(TokenizerClient, EncodeLostInARestartIsSentAgain) {
   zmq::context_t ctx;

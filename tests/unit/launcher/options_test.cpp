@@ -335,6 +335,11 @@ TEST(ServeOptions, TomlKeysAndRules) {
   EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nmax_batch = 0\n").first, kExitUsage);
   EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nqueue_size = -1\n").first, kExitUsage);
   EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nmax_body_bytes = 10\n").first, kExitUsage);
+  // tokenizer_timeout: 0.1 s to a day (docs/server.md "Options").
+  EXPECT_EQ(Serving("serve = \"127.0.0.1:1\"\ntokenizer_timeout = 2.5\n").tokenizer_timeout, 2.5);
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\ntokenizer_timeout = 0.1\n").first, 0);
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\ntokenizer_timeout = 0\n").first, kExitUsage);
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\ntokenizer_timeout = 86401\n").first, kExitUsage);
   EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nprompt = \"hi\"\n").first, kExitUsage);  // prompts come over HTTP
   EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nchat = true\n").first, kExitUsage);
   EXPECT_EQ(check("api_key = \"k\"\nprompt = \"hi\"\n").first, kExitUsage);  // needs --serve

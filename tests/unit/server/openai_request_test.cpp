@@ -52,8 +52,8 @@ void ChatRefused(const std::string& fields, const std::string& says) {
 }
 
 TEST(OpenaiRequest, BodyMustBeAJsonObject) {
-  Refused("{\"model\": ", Endpoint::kCompletions, "not valid JSON");
-  Refused("", Endpoint::kChat, "not valid JSON");
+  Refused("{\"model\": ", Endpoint::kCompletions, "invalid JSON");
+  Refused("", Endpoint::kChat, "invalid JSON");
   Refused("[1, 2]", Endpoint::kCompletions, "JSON object");
   Refused("\"text\"", Endpoint::kChat, "JSON object");
 }
