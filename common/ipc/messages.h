@@ -161,6 +161,7 @@ struct Generate {
   bool perplexity = false;
   int32_t spec = 0;
   int32_t snapshot_at = 0;  // 0 < N < ids.size(): a prefix snapshot after ids[0..N) too (chat: the preamble's end)
+  uint64_t cache_partition = 0;  // prefix snapshots are shared only within one partition (0: the shared one)
   bool operator==(const Generate&) const = default;
 };
 struct TopLogprob {

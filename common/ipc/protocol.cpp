@@ -362,7 +362,7 @@ Encoded Encode(const compute::Generate& m) {
                                       s.repeat_last_n, s.presence_penalty, s.frequency_penalty, s.seed);
   auto msg = fbp::CreateGenerateDirect(fbb, m.request_id, &m.ids, m.gen, m.full_recompute, m.prefill_chunk,
                                        &m.stop_ids, m.keep_state, m.max_positions, sampling, m.logprobs,
-                                       m.perplexity, m.spec, m.snapshot_at);
+                                       m.perplexity, m.spec, m.snapshot_at, m.cache_partition);
   fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Generate, msg.Union()));
   return Finish(fbb, Protocol::kCompute, fbp::Message::Generate);
 }
@@ -445,6 +445,7 @@ Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<
             g.perplexity = m->perplexity();
             g.spec = m->spec();
             g.snapshot_at = m->snapshot_at();
+            g.cache_partition = m->cache_partition();
             return R::Ok(std::move(g));
           }
           case fbp::Message::Token: {

@@ -12,9 +12,10 @@ int64_t PrefixCache::BytesOf(size_t ids, const SequenceState& state) {
   return 4 * (floats + static_cast<int64_t>(ids));
 }
 
-const PrefixSnapshot* PrefixCache::Lookup(std::span<const int32_t> ids) {
+const PrefixSnapshot* PrefixCache::Lookup(std::span<const int32_t> ids, uint64_t partition) {
   auto best = entries_.end();
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->partition != partition) continue;
     const std::vector<int32_t>& have = it->ids;
     if (have.size() >= ids.size()) continue;  // leaves no id to feed
     if (best != entries_.end() && have.size() <= best->ids.size()) continue;
@@ -25,10 +26,10 @@ const PrefixSnapshot* PrefixCache::Lookup(std::span<const int32_t> ids) {
   return &entries_.front();
 }
 
-bool PrefixCache::Insert(std::span<const int32_t> ids, const SequenceState& state) {
+bool PrefixCache::Insert(std::span<const int32_t> ids, uint64_t partition, const SequenceState& state) {
   if (ids.empty() || static_cast<int64_t>(ids.size()) != state.position) return false;  // not a consistent snapshot
   for (auto it = entries_.begin(); it != entries_.end(); ++it)
-    if (std::equal(it->ids.begin(), it->ids.end(), ids.begin(), ids.end())) {
+    if (it->partition == partition && std::equal(it->ids.begin(), it->ids.end(), ids.begin(), ids.end())) {
       entries_.splice(entries_.begin(), entries_, it);  // the same state: keep one, now recent
       return true;
     }
@@ -38,7 +39,7 @@ bool PrefixCache::Insert(std::span<const int32_t> ids, const SequenceState& stat
     bytes_ -= entries_.back().bytes;
     entries_.pop_back();
   }
-  entries_.push_front(PrefixSnapshot{std::vector<int32_t>(ids.begin(), ids.end()), state, need});
+  entries_.push_front(PrefixSnapshot{std::vector<int32_t>(ids.begin(), ids.end()), state, need, partition});
   bytes_ += need;
   return true;
 }

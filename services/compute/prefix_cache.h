@@ -21,22 +21,25 @@ struct PrefixSnapshot {
   std::vector<int32_t> ids;  // what the state consumed: state.position == ids.size()
   SequenceState state;
   int64_t bytes = 0;         // PrefixCache::BytesOf(ids, state)
+  uint64_t partition = 0;    // Generate.cache_partition of the sequence it was taken from
 };
 
 class PrefixCache {
  public:
   explicit PrefixCache(int64_t capacity_bytes) : capacity_(capacity_bytes < 0 ? 0 : capacity_bytes) {}
 
-  // The longest snapshot whose ids are a prefix of `ids` and leave at least one id to feed (the
-  // first generated token needs the logits of the last prompt id, which no snapshot keeps).
-  // Marks it most recently used. Null when none matches; valid until the next Insert.
-  const PrefixSnapshot* Lookup(std::span<const int32_t> ids);
+  // The longest snapshot of `partition` whose ids are a prefix of `ids` and leave at least one
+  // id to feed (the first generated token needs the logits of the last prompt id, which no
+  // snapshot keeps). Snapshots of other partitions are never found: a client cannot learn what
+  // another partition's prompts were (docs/server.md "Prefix cache and privacy"). Marks it most
+  // recently used. Null when none matches; valid until the next Insert.
+  const PrefixSnapshot* Lookup(std::span<const int32_t> ids, uint64_t partition);
 
   // Offers a copy of `state`, which consumed `ids`. Kept when it fits the bound, evicting the
   // least recently used snapshots; a snapshot bigger than the whole bound is not kept (nothing
   // is evicted for it). Ids already held: that snapshot becomes the most recently used.
-  // Returns whether the cache now holds these ids.
-  bool Insert(std::span<const int32_t> ids, const SequenceState& state);
+  // Returns whether the cache now holds these ids (for this partition).
+  bool Insert(std::span<const int32_t> ids, uint64_t partition, const SequenceState& state);
 
   // Whether a snapshot of `bytes` could be kept at all (the caller may skip making it).
   bool Fits(int64_t bytes) const { return bytes > 0 && bytes <= capacity_; }

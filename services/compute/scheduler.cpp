@@ -88,7 +88,7 @@ void Scheduler::StartFromSnapshot(Request& r, SequenceState& into) {
   const cp::Generate& g = r.g;
   const bool from_cache = StartsFromCache(g, prefix_cache_.capacity());
   const bool from_store = StartsFromStore(g, store_ && store_->on());
-  const PrefixSnapshot* hit = from_cache ? prefix_cache_.Lookup(g.ids) : nullptr;
+  const PrefixSnapshot* hit = from_cache ? prefix_cache_.Lookup(g.ids, g.cache_partition) : nullptr;
   const int64_t in_cache = hit ? static_cast<int64_t>(hit->ids.size()) : 0;
   // The cache sits in front: the store is read only for a longer prefix than the cache holds.
   const int64_t in_store = from_store ? store_->Restore(g.ids, in_cache, into) : 0;
@@ -131,7 +131,7 @@ void Scheduler::OfferCache(Request& r, GreedyHooks& hooks, std::function<const S
     const size_t n = r.p.prior.size() + static_cast<size_t>(mark);
     if (!s || s->position != static_cast<int64_t>(n)) return;
     const std::span<const int32_t> consumed(r.whole.data(), n);
-    if (to_cache && (mark == feed - 1 || mark == also)) OfferToCache(consumed, *s);
+    if (to_cache && (mark == feed - 1 || mark == also)) OfferToCache(consumed, r.g.cache_partition, *s);
     if (to_store && store_->Wants(consumed)) store_->Put(consumed, *s);
   };
 }
@@ -142,13 +142,13 @@ void Scheduler::OfferCache(Request& r, GreedyHooks& hooks, std::function<const S
 void Scheduler::OfferEnd(const Request& r, const std::vector<int32_t>& ids, const SequenceState& state, bool torn) {
   if (!OffersEnd(r.g, prefix_cache_.capacity(), torn, interrupted_)) return;
   if (ids.size() < static_cast<size_t>(state.position)) return;
-  OfferToCache(std::span<const int32_t>(ids.data(), static_cast<size_t>(state.position)), state);
+  OfferToCache(std::span<const int32_t>(ids.data(), static_cast<size_t>(state.position)), r.g.cache_partition, state);
 }
 
-void Scheduler::OfferToCache(std::span<const int32_t> consumed, const SequenceState& state) {
+void Scheduler::OfferToCache(std::span<const int32_t> consumed, uint64_t partition, const SequenceState& state) {
   if (static_cast<int64_t>(consumed.size()) != state.position) return;
   if (!prefix_cache_.Fits(PrefixCache::BytesOf(consumed.size(), state))) return;
-  prefix_cache_.Insert(consumed, state);
+  prefix_cache_.Insert(consumed, partition, state);
 }
 
 // Between passes, without waiting: a Cancel marks the running request it names (any other

@@ -123,7 +123,7 @@ class Scheduler {
   void StartFromSnapshot(Request& r, SequenceState& into);
   void OfferCache(Request& r, GreedyHooks& hooks, std::function<const SequenceState*()> state);
   void OfferEnd(const Request& r, const std::vector<int32_t>& consumed_ids, const SequenceState& state, bool torn);
-  void OfferToCache(std::span<const int32_t> consumed, const SequenceState& state);
+  void OfferToCache(std::span<const int32_t> consumed, uint64_t partition, const SequenceState& state);
   void Finish(Request& r, const GreedyResult& res);  // Stats, then Done
   void PrefillProgress(Request& r, int64_t done, int64_t total);
   void AnswerState(const ipc::compute::StateOp& op);  // Save/Load/Reset (docs/formats.md "State file")

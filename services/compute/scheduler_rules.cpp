@@ -53,9 +53,11 @@ bool StartsFromCache(const cp::Generate& g, int64_t capacity) {
   return capacity > 0 && !g.keep_state && !g.full_recompute && !g.perplexity;
 }
 
-bool StartsFromStore(const cp::Generate& g, bool store_on) { return store_on && StartsFromCache(g, 1); }
+bool StartsFromStore(const cp::Generate& g, bool store_on) {
+  return store_on && g.cache_partition == 0 && StartsFromCache(g, 1);
+}
 
-bool OffersStore(const cp::Generate& g, bool store_on) { return store_on && !g.full_recompute; }
+bool OffersStore(const cp::Generate& g, bool store_on) { return store_on && g.cache_partition == 0 && !g.full_recompute; }
 
 bool OffersPrompt(const cp::Generate& g, int64_t capacity, size_t feed) {
   return capacity > 0 && !g.keep_state && !g.full_recompute && feed >= 2;

@@ -46,10 +46,12 @@ std::vector<size_t> PassMembers(const std::vector<bool>& prefilling);
 // scores its prompt (perplexity) or recomputes everything (full_recompute); keep_state
 // continues the kept sequence.
 bool StartsFromCache(const ipc::compute::Generate& g, int64_t capacity);
-// The same for the prefix store (prefix_store.h), when it is on.
+// The same for the prefix store (prefix_store.h), when it is on, for the shared partition only:
+// the store is one directory for every run and server, keyed by ids alone.
 bool StartsFromStore(const ipc::compute::Generate& g, bool store_on);
 // The store is offered snapshots of every prompt pass but a full_recompute one, keep_state
-// included (a chat turn's prompt, keyed by the whole sequence).
+// included (a chat turn's prompt, keyed by the whole sequence); none of a Generate with a
+// cache_partition (a server request's cache_salt).
 bool OffersStore(const ipc::compute::Generate& g, bool store_on);
 // A request offers the snapshot of its prompt minus the last id when it feeds at least two ids.
 bool OffersPrompt(const ipc::compute::Generate& g, int64_t capacity, size_t feed);

@@ -7,6 +7,7 @@
 #include "common/end_ids.h"
 #include "common/ipc/protocol.h"
 #include "common/ipc/zmq_channel.h"
+#include "services/server/cache_partition.h"
 #include "services/server/engine.h"
 #include "services/server/engine_errors.h"
 
@@ -95,6 +96,7 @@ void Engine::Dispatch() {
     g.max_positions = static_cast<int32_t>(std::min<int64_t>(cfg_.context, INT32_MAX));
     g.sampling = spec.sampling;
     g.logprobs = spec.logprobs;
+    g.cache_partition = CachePartition(spec.cache_salt);
     // A chat's conversation before its newest message (its preamble, for a first message):
     // a prefix snapshot there serves the next conversation with the same system prompt.
     if (spec.endpoint == Endpoint::kChat) g.snapshot_at = static_cast<int32_t>(BeforeNewestMessage(a.prompt, chat_ids_->eom));

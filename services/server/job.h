@@ -46,6 +46,7 @@ struct RequestSpec {
   int32_t logprobs = -1;  // -1 off; N >= 0: each token's logprob and the N most likely
   bool stream = false, include_usage = false, return_token_ids = false;
   bool ignore_eos = false;  // vLLM's extension: the model's end ids do not end the request
+  std::string cache_salt;   // vLLM's extension: prefix reuse only with requests of the same salt
 };
 
 // One generated token as logprobs show it: its bytes, logprob and the most likely alternatives.

@@ -237,6 +237,11 @@ std::variant<RequestSpec, HttpError> ParseRequest(const std::string& body_text, 
     }
     if (const json* v = Field(body, "return_token_ids")) r.return_token_ids = Boolean(*v, "return_token_ids");
     if (const json* v = Field(body, "ignore_eos")) r.ignore_eos = Boolean(*v, "ignore_eos");
+    if (const json* v = Field(body, "cache_salt")) {
+      if (!v->is_string() || v->get<std::string>().empty() || v->get<std::string>().size() > kMaxCacheSaltBytes)
+        throw Bad{"'cache_salt' must be a non-empty string of at most " + std::to_string(kMaxCacheSaltBytes) + " bytes"};
+      r.cache_salt = v->get<std::string>();
+    }
     if (const json* lb = Field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty()))
       throw Bad{"'logit_bias' is not supported"};
     if (const json* rf = Field(body, "response_format"); rf && !(rf->is_object() && rf->value("type", "") == "text"))

@@ -19,6 +19,7 @@ struct RequestDefaults {
 
 // The largest logprobs / top_logprobs a request may ask for.
 inline constexpr int kMaxRequestLogprobs = 20;
+inline constexpr size_t kMaxCacheSaltBytes = 256;  // cache_salt: a label, not a payload
 
 // The body is parsed strictly (a repeated key is 400) within `limits` (services/server/body_limits.h).
 std::variant<RequestSpec, HttpError> ParseRequest(const std::string& body, Endpoint endpoint,

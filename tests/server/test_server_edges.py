@@ -12,7 +12,9 @@
   answer while 30 trickle, and a flood of 590 leaves k3-server at most 512 of them (fds bounded);
 - HTTP/1.0 never gets `Transfer-Encoding: chunked`; a non-streamed request whose compute dies
   is answered with a 5xx status, not 200 with an error inside;
-- the listen backlog is not httplib's 5.
+- the listen backlog is not httplib's 5;
+- a request's cache_salt keeps its prefix snapshots from every other salt (and from requests
+  without one).
 
 Expected values come from docs/server.md ("Limits"), not from the server's code.
 
@@ -292,6 +294,27 @@ class EdgesTest(unittest.TestCase):
         finally:
             for c in slow:
                 c.close()
+
+    def test_cache_salt_keeps_prefixes_apart(self):
+        # Issue 25 item 7: the prefix cache is shared by every request, so a second client could
+        # tell from cached_tokens that someone had sent a prompt beginning like its own ("PIN is
+        # 7305"). A request with a cache_salt is matched only with requests of the same salt
+        # (docs/server.md "Prefix cache and privacy"); without one, only with others without one.
+        prompt = "The vault's PIN is 7305, and the guard at the door is named %d." % os.getpid()
+
+        def cached(**extra):
+            st, text = self.post("/v1/completions", dict({"model": NAME, "prompt": prompt, "max_tokens": 1}, **extra))
+            self.assertEqual(st, 200, text)
+            return json.loads(text)["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+        self.assertEqual(cached(cache_salt="alice"), 0)
+        self.assertEqual(cached(), 0, "a request without the salt must not start from alice's snapshot")
+        self.assertGreater(cached(cache_salt="alice"), 0, "alice's own next request does")
+        self.assertEqual(cached(cache_salt="bob"), 0)
+        self.assertGreater(cached(), 0, "the shared partition keeps its own snapshots")
+        st, text = self.post("/v1/completions", {"model": NAME, "prompt": prompt, "max_tokens": 1, "cache_salt": ""})
+        self.assertEqual(st, 400, text)
+        self.assertIn("cache_salt", text)
 
     def test_listen_backlog_is_not_5(self):
         out = subprocess.run(["ss", "-Hltn", "sport = :%d" % self.srv.port], capture_output=True, text=True).stdout

@@ -38,19 +38,19 @@ TEST(PrefixCache, BytesAreWhatASnapshotHoldsAndMatchThePlan) {
   for (int64_t n : {1, 7, 100}) EXPECT_EQ(PrefixCache::BytesOf(static_cast<size_t>(n), StateAfter(cfg, n, 1)),
                                           plan::PrefixSnapshotBytes(cfg, n));
   PrefixCache cache(10000);
-  ASSERT_TRUE(cache.Insert(Ids({1, 2, 3, 4, 5}), StateAfter(cfg, 5, 1)));
+  ASSERT_TRUE(cache.Insert(Ids({1, 2, 3, 4, 5}), 0, StateAfter(cfg, 5, 1)));
   EXPECT_EQ(cache.bytes(), 1052);
 }
 
 TEST(PrefixCache, LookupFindsTheLongestPrefixThatLeavesAnIdToFeed) {
   const ModelConfig cfg = SmallConfig();
   PrefixCache cache(1 << 20);
-  ASSERT_TRUE(cache.Insert(Ids({1, 2}), StateAfter(cfg, 2, 2)));
-  ASSERT_TRUE(cache.Insert(Ids({1, 2, 3, 4}), StateAfter(cfg, 4, 4)));
-  ASSERT_TRUE(cache.Insert(Ids({1, 2, 3, 4, 5}), StateAfter(cfg, 5, 5)));
-  ASSERT_TRUE(cache.Insert(Ids({1, 7, 3}), StateAfter(cfg, 3, 7)));
+  ASSERT_TRUE(cache.Insert(Ids({1, 2}), 0, StateAfter(cfg, 2, 2)));
+  ASSERT_TRUE(cache.Insert(Ids({1, 2, 3, 4}), 0, StateAfter(cfg, 4, 4)));
+  ASSERT_TRUE(cache.Insert(Ids({1, 2, 3, 4, 5}), 0, StateAfter(cfg, 5, 5)));
+  ASSERT_TRUE(cache.Insert(Ids({1, 7, 3}), 0, StateAfter(cfg, 3, 7)));
   auto found = [&](std::vector<int32_t> ids) -> float {
-    const PrefixSnapshot* s = cache.Lookup(ids);
+    const PrefixSnapshot* s = cache.Lookup(ids, 0);
     if (!s) return -1;
     EXPECT_EQ(s->state.position, static_cast<int64_t>(s->ids.size()));
     return s->state.kda[0].S[0];
@@ -69,21 +69,21 @@ TEST(PrefixCache, EvictsTheLeastRecentlyUsedToStayWithinTheBound) {
   const ModelConfig cfg = SmallConfig();
   const int64_t one = plan::PrefixSnapshotBytes(cfg, 3);
   PrefixCache cache(2 * one + 100);  // room for two
-  ASSERT_TRUE(cache.Insert(Ids({1, 1, 1}), StateAfter(cfg, 3, 1)));
-  ASSERT_TRUE(cache.Insert(Ids({2, 2, 2}), StateAfter(cfg, 3, 2)));
-  ASSERT_NE(cache.Lookup(Ids({1, 1, 1, 9})), nullptr);  // 1 is now the most recent
-  ASSERT_TRUE(cache.Insert(Ids({3, 3, 3}), StateAfter(cfg, 3, 3)));
+  ASSERT_TRUE(cache.Insert(Ids({1, 1, 1}), 0, StateAfter(cfg, 3, 1)));
+  ASSERT_TRUE(cache.Insert(Ids({2, 2, 2}), 0, StateAfter(cfg, 3, 2)));
+  ASSERT_NE(cache.Lookup(Ids({1, 1, 1, 9}), 0), nullptr);  // 1 is now the most recent
+  ASSERT_TRUE(cache.Insert(Ids({3, 3, 3}), 0, StateAfter(cfg, 3, 3)));
   EXPECT_EQ(cache.size(), 2u);
   EXPECT_EQ(cache.bytes(), 2 * one);
-  EXPECT_EQ(cache.Lookup(Ids({2, 2, 2, 9})), nullptr);  // evicted
-  EXPECT_NE(cache.Lookup(Ids({1, 1, 1, 9})), nullptr);
-  EXPECT_NE(cache.Lookup(Ids({3, 3, 3, 9})), nullptr);
+  EXPECT_EQ(cache.Lookup(Ids({2, 2, 2, 9}), 0), nullptr);  // evicted
+  EXPECT_NE(cache.Lookup(Ids({1, 1, 1, 9}), 0), nullptr);
+  EXPECT_NE(cache.Lookup(Ids({3, 3, 3, 9}), 0), nullptr);
   // Re-inserting held ids keeps one copy and makes it the most recent: 1 survives the next one.
-  ASSERT_TRUE(cache.Insert(Ids({1, 1, 1}), StateAfter(cfg, 3, 1)));
+  ASSERT_TRUE(cache.Insert(Ids({1, 1, 1}), 0, StateAfter(cfg, 3, 1)));
   EXPECT_EQ(cache.bytes(), 2 * one);
-  ASSERT_TRUE(cache.Insert(Ids({4, 4, 4}), StateAfter(cfg, 3, 4)));
-  EXPECT_NE(cache.Lookup(Ids({1, 1, 1, 9})), nullptr);
-  EXPECT_EQ(cache.Lookup(Ids({3, 3, 3, 9})), nullptr);
+  ASSERT_TRUE(cache.Insert(Ids({4, 4, 4}), 0, StateAfter(cfg, 3, 4)));
+  EXPECT_NE(cache.Lookup(Ids({1, 1, 1, 9}), 0), nullptr);
+  EXPECT_EQ(cache.Lookup(Ids({3, 3, 3, 9}), 0), nullptr);
   EXPECT_EQ((std::vector<size_t>{3, 3}), cache.Lengths());
   EXPECT_LE(cache.bytes(), cache.capacity());
 }
@@ -91,25 +91,25 @@ TEST(PrefixCache, EvictsTheLeastRecentlyUsedToStayWithinTheBound) {
 TEST(PrefixCache, ASnapshotBiggerThanTheBoundIsNotKeptAndEvictsNothing) {
   const ModelConfig cfg = SmallConfig();
   PrefixCache cache(plan::PrefixSnapshotBytes(cfg, 4));
-  ASSERT_TRUE(cache.Insert(Ids({1}), StateAfter(cfg, 1, 1)));
+  ASSERT_TRUE(cache.Insert(Ids({1}), 0, StateAfter(cfg, 1, 1)));
   EXPECT_FALSE(cache.Fits(plan::PrefixSnapshotBytes(cfg, 5)));
-  EXPECT_FALSE(cache.Insert(Ids({1, 2, 3, 4, 5}), StateAfter(cfg, 5, 5)));
+  EXPECT_FALSE(cache.Insert(Ids({1, 2, 3, 4, 5}), 0, StateAfter(cfg, 5, 5)));
   EXPECT_EQ(cache.size(), 1u);
-  EXPECT_NE(cache.Lookup(Ids({1, 2})), nullptr);
+  EXPECT_NE(cache.Lookup(Ids({1, 2}), 0), nullptr);
   // Exactly the bound fits (and evicts the other).
-  EXPECT_TRUE(cache.Insert(Ids({1, 2, 3, 4}), StateAfter(cfg, 4, 4)));
+  EXPECT_TRUE(cache.Insert(Ids({1, 2, 3, 4}), 0, StateAfter(cfg, 4, 4)));
   EXPECT_EQ(cache.bytes(), cache.capacity());
   EXPECT_EQ(cache.size(), 1u);
   PrefixCache off(0);
-  EXPECT_FALSE(off.Insert(Ids({1}), StateAfter(cfg, 1, 1)));
-  EXPECT_EQ(off.Lookup(Ids({1, 2})), nullptr);
+  EXPECT_FALSE(off.Insert(Ids({1}), 0, StateAfter(cfg, 1, 1)));
+  EXPECT_EQ(off.Lookup(Ids({1, 2}), 0), nullptr);
 }
 
 TEST(PrefixCache, RefusesAStateThatDidNotConsumeExactlyItsIds) {
   const ModelConfig cfg = SmallConfig();
   PrefixCache cache(1 << 20);
-  EXPECT_FALSE(cache.Insert(Ids({1, 2, 3}), StateAfter(cfg, 2, 1)));
-  EXPECT_FALSE(cache.Insert(Ids({}), StateAfter(cfg, 0, 1)));
+  EXPECT_FALSE(cache.Insert(Ids({1, 2, 3}), 0, StateAfter(cfg, 2, 1)));
+  EXPECT_FALSE(cache.Insert(Ids({}), 0, StateAfter(cfg, 0, 1)));
   EXPECT_EQ(cache.size(), 0u);
 }
 
@@ -118,10 +118,10 @@ TEST(PrefixCache, HoldsACopyOfTheState) {
   const ModelConfig cfg = SmallConfig();
   PrefixCache cache(1 << 20);
   SequenceState s = StateAfter(cfg, 3, 1);
-  ASSERT_TRUE(cache.Insert(Ids({5, 6, 7}), s));
+  ASSERT_TRUE(cache.Insert(Ids({5, 6, 7}), 0, s));
   s.kda[0].S[0] = 99;
   s.mla[1].c[0] = 99;
-  const PrefixSnapshot* got = cache.Lookup(Ids({5, 6, 7, 8}));
+  const PrefixSnapshot* got = cache.Lookup(Ids({5, 6, 7, 8}), 0);
   ASSERT_NE(got, nullptr);
   EXPECT_EQ(got->state.kda[0].S[0], 1);
   EXPECT_EQ(got->state.mla[1].c[0], 1);
@@ -129,3 +129,23 @@ TEST(PrefixCache, HoldsACopyOfTheState) {
 
 }  // namespace
 }  // namespace k3::compute
+
+// Generate.cache_partition (a server request's cache_salt): a snapshot is found only by
+// sequences of its own partition, so one client cannot tell from cached_tokens (or the time to
+// its first token) whether another partition's prompts began like its own.
+TEST(PrefixCache, SnapshotsAreFoundOnlyInTheirOwnPartition) {
+  const ModelConfig cfg = SmallConfig();
+  PrefixCache cache(1 << 20);
+  ASSERT_TRUE(cache.Insert(Ids({1, 2, 3}), 7, StateAfter(cfg, 3, 1)));
+  EXPECT_EQ(cache.Lookup(Ids({1, 2, 3, 4}), 0), nullptr);  // the shared partition does not see it
+  EXPECT_EQ(cache.Lookup(Ids({1, 2, 3, 4}), 8), nullptr);
+  const PrefixSnapshot* own = cache.Lookup(Ids({1, 2, 3, 4}), 7);
+  ASSERT_NE(own, nullptr);
+  EXPECT_EQ(own->partition, 7u);
+  // The same ids in another partition are a second snapshot, not the first made recent.
+  ASSERT_TRUE(cache.Insert(Ids({1, 2, 3}), 0, StateAfter(cfg, 3, 2)));
+  EXPECT_EQ(cache.size(), 2u);
+  const PrefixSnapshot* shared = cache.Lookup(Ids({1, 2, 3, 4}), 0);
+  ASSERT_NE(shared, nullptr);
+  EXPECT_EQ(shared->partition, 0u);
+}

@@ -121,6 +121,19 @@ TEST(SchedulerRules, PrefixCacheUse) {
   EXPECT_EQ(WireReason(Ending::kCancelled), cp::StopReason::kCancelled);
 }
 
+// The prefix store is one directory keyed by ids alone: only the shared partition uses it, so a
+// request with a cache_salt neither starts from another's stored prefix nor leaves one there.
+TEST(SchedulerRules, PrefixStoreServesTheSharedPartitionOnly) {
+  cp::Generate g = Gen(1, {1, 2, 3}, 2);
+  EXPECT_TRUE(StartsFromStore(g, true));
+  EXPECT_TRUE(OffersStore(g, true));
+  EXPECT_FALSE(StartsFromStore(g, false));
+  g.cache_partition = 0x9e3779b97f4a7c15ull;
+  EXPECT_FALSE(StartsFromStore(g, true));
+  EXPECT_FALSE(OffersStore(g, true));
+  EXPECT_TRUE(StartsFromCache(g, 1 << 20));  // the in-memory cache keeps partitions apart itself
+}
+
 // ---------------------------------------------------------------- the core on the tiny model
 
 // The launcher, in-process: `inbox` is what arrives, `sent` what the core sent, and
