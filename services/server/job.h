@@ -43,6 +43,7 @@ struct RequestSpec {
   int32_t logprobs = -1;  // -1 off; N >= 0: each token's logprob and the N most likely
   bool stream = false, include_usage = false, return_token_ids = false;
   bool ignore_eos = false;  // vLLM's extension: the model's end ids do not end the request
+  std::optional<std::string> json_schema;  // response_format / guided_json: the answer is one value of it
 };
 
 // One generated token as logprobs show it: its bytes, logprob and the most likely alternatives.
