@@ -12,7 +12,7 @@ enum : uint8_t { kArrStart, kArrOpen, kArrAfter, kArrComma };
 enum : uint8_t { kStrStart, kStrNormal, kStrUtf8, kStrEscape, kStrHexFirst, kStrHex };
 enum : uint8_t { kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumExpSign, kNumExp };
 
-constexpr int32_t kMaxIntDigits = 16, kMaxFracDigits = 16, kMaxExpDigits = 3;
+constexpr int32_t kMaxIntDigits = 16, kMaxFracDigits = 16, kMaxExpDigits = 2;  // below 1e116: a double
 
 bool Digit(uint8_t b) { return b >= '0' && b <= '9'; }
 bool Hex(uint8_t b) { return Digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }

@@ -3,7 +3,8 @@
 // small frames (the containers open, the string, number or literal in progress). Output is
 // compact: no whitespace between tokens. Strings must be valid UTF-8; \u escapes exclude
 // U+D000..U+DFFF (no surrogate pairs; those characters are written as UTF-8). Numbers have at
-// most 16 digits before and after the point and 3 in the exponent, so a value always ends.
+// most 16 digits before and after the point and 2 in the exponent, so a value always ends and
+// fits a double.
 #pragma once
 #include <cstdint>
 #include <string>

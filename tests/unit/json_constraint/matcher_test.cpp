@@ -137,10 +137,18 @@ TEST(Matcher, RandomWalksParseAndObeyTheSchema) {
     for (const auto& t : v["tags"]) EXPECT_TRUE(t == "a" || t == "ab" || t == "b") << text;
     for (const auto& [k, x] : v.items()) {
       EXPECT_TRUE(k == "name" || k == "age" || k == "email" || k == "tags" || k == "score" || k == "ok") << text;
-      if (k == "age") EXPECT_TRUE(x.is_number_integer()) << text;
-      if (k == "email") EXPECT_TRUE(x.is_string() || x.is_null()) << text;
-      if (k == "score") EXPECT_TRUE(x.is_number()) << text;
-      if (k == "ok") EXPECT_TRUE(x.is_boolean()) << text;
+      if (k == "age") {
+        EXPECT_TRUE(x.is_number_integer()) << text;
+      }
+      if (k == "email") {
+        EXPECT_TRUE(x.is_string() || x.is_null()) << text;
+      }
+      if (k == "score") {
+        EXPECT_TRUE(x.is_number()) << text;
+      }
+      if (k == "ok") {
+        EXPECT_TRUE(x.is_boolean()) << text;
+      }
     }
   }
   EXPECT_GT(complete, 150);

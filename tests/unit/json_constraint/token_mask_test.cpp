@@ -90,7 +90,7 @@ TEST(Constrained, EndsWithTheAfterIdsOnlyOnceTheValueIsComplete) {
   };
   EXPECT_EQ(allowed({}), (std::vector<int32_t>{0}));
   EXPECT_EQ(allowed({0}), (std::vector<int32_t>{1}));
-  EXPECT_EQ(allowed({0, 1}), (std::vector<int32_t>{2}));
+  EXPECT_EQ(allowed({0, 1}), (std::vector<int32_t>{2, 6}));  // "\":" or "\"" close the key
   EXPECT_EQ(allowed({0, 1, 2}), (std::vector<int32_t>{3, 5}));
   EXPECT_EQ(allowed({0, 1, 2, 3}), (std::vector<int32_t>{3, 4, 5}));
   EXPECT_EQ(allowed({0, 1, 2, 3, 4}), (std::vector<int32_t>{9}));
