@@ -122,8 +122,8 @@ TEST(Matcher, RandomWalksParseAndObeyTheSchema) {
   const Matcher m = MatcherFor(kPerson);
   std::mt19937_64 rng(7);
   int complete = 0;
-  for (int n = 0; n < 200; ++n) {
-    const std::string text = Walk(m, rng, 20000);
+  for (int n = 0; n < 60; ++n) {
+    const std::string text = Walk(m, rng, 4000);
     ASSERT_NE(text, "");
     if (text == "(too long)") continue;
     ++complete;
@@ -151,7 +151,7 @@ TEST(Matcher, RandomWalksParseAndObeyTheSchema) {
       }
     }
   }
-  EXPECT_GT(complete, 150);
+  EXPECT_GT(complete, 40);
 }
 
 }  // namespace
