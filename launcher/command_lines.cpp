@@ -84,6 +84,9 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
                        std::to_string(plan::ParsePrefixCache(opt.prefix_store_size, "prefix_store_size", false)),
                        "--prefix-store-interval", std::to_string(opt.prefix_store_interval)});
   c.insert(c.end(), {"--prefill-chunk", std::to_string(p.prefill_chunk)});  // the scratch the plan counted
+  // Serving: constrained requests (response_format) mask with the vocabulary's bytes.
+  if (!opt.serve.empty() && !tokenizer_dir.empty())
+    c.insert(c.end(), {"--tokenizer", std::filesystem::absolute(tokenizer_dir).string()});
   c.insert(c.end(), head_flags.begin(), head_flags.end());
   out.push_back({"compute", c, false});
 

@@ -23,7 +23,8 @@ for a in "$@"; do
   esac
 done
 if ((tests || torch)); then PKGS+=(python3-torch); fi
-if ((tests)); then PKGS+=(tmux strace python3-prometheus-client); fi
+# python3-jsonschema: tests/server/test_structured.py validates structured replies with it.
+if ((tests)); then PKGS+=(tmux strace python3-prometheus-client python3-jsonschema); fi
 # Node.js (the test-only tiktoken peer) ships with npm on some machines (and Debian's npm package
 # conflicts with such a node); only add the Debian pair if npm is absent.
 if ((tests)) && ! command -v npm >/dev/null 2>&1; then PKGS+=(nodejs npm); fi

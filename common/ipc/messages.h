@@ -2,6 +2,7 @@
 // there). Services build and read these; only protocol.cpp touches FlatBuffers.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -147,6 +148,12 @@ struct Sampling {
   uint64_t seed = 0;
   bool operator==(const Sampling&) const = default;
 };
+// Output constrained to one JSON value (proto/compute.fbs Constraint).
+struct Constraint {
+  std::string schema;          // JSON Schema text
+  std::vector<int32_t> after;  // forced once the value is complete; the last a stop id
+  bool operator==(const Constraint&) const = default;
+};
 struct Generate {
   uint64_t request_id = 0;
   std::vector<int32_t> ids;
@@ -162,6 +169,7 @@ struct Generate {
   int32_t spec = 0;
   int32_t snapshot_at = 0;  // 0 < N < ids.size(): a prefix snapshot after ids[0..N) too (chat: the preamble's end)
   uint64_t cache_partition = 0;  // prefix snapshots are shared only within one partition (0: the shared one)
+  std::optional<Constraint> constraint;  // absent: unconstrained
   bool operator==(const Generate&) const = default;
 };
 struct TopLogprob {

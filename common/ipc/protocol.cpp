@@ -360,9 +360,11 @@ Encoded Encode(const compute::Generate& m) {
   const auto& s = m.sampling;
   auto sampling = fbp::CreateSampling(fbb, s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty,
                                       s.repeat_last_n, s.presence_penalty, s.frequency_penalty, s.seed);
+  flatbuffers::Offset<fbp::Constraint> constraint = 0;
+  if (m.constraint) constraint = fbp::CreateConstraintDirect(fbb, m.constraint->schema.c_str(), &m.constraint->after);
   auto msg = fbp::CreateGenerateDirect(fbb, m.request_id, &m.ids, m.gen, m.full_recompute, m.prefill_chunk,
                                        &m.stop_ids, m.keep_state, m.max_positions, sampling, m.logprobs,
-                                       m.perplexity, m.spec, m.snapshot_at, m.cache_partition);
+                                       m.perplexity, m.spec, m.snapshot_at, m.cache_partition, constraint);
   fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Generate, msg.Union()));
   return Finish(fbb, Protocol::kCompute, fbp::Message::Generate);
 }
@@ -446,6 +448,8 @@ Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<
             g.spec = m->spec();
             g.snapshot_at = m->snapshot_at();
             g.cache_partition = m->cache_partition();
+            if (const auto* c = m->constraint())
+              g.constraint = compute::Constraint{c->schema() ? c->schema()->str() : std::string(), Vec(c->after())};
             return R::Ok(std::move(g));
           }
           case fbp::Message::Token: {

@@ -71,8 +71,9 @@ void BatchedSequence::AfterPass(double seconds) {
 }
 
 void BatchedSequence::Emit() {
-  const int32_t id = SampleToken(logits_.data(), V_, seq_, static_cast<int64_t>(seq_.size() - before_generation_),
-                                 p_.sampling);
+  const int32_t id = p_.choose ? p_.choose(logits_.data(), seq_)  // as RunGreedy chooses
+                               : SampleToken(logits_.data(), V_, seq_, static_cast<int64_t>(seq_.size() - before_generation_),
+                                             p_.sampling);
   if (hooks_.on_chosen) hooks_.on_chosen(logits_.data(), id, index_);
   r_.generated.push_back(id);
   r_.full.push_back(id);

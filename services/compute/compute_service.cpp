@@ -128,6 +128,7 @@ void ComputeService::Start() {
   so.prefix_store_bytes = opt_.prefix_store_bytes;
   so.prefix_store_interval = opt_.prefix_store_interval;
   so.prefill_chunk = opt_.prefill_chunk;
+  so.tokenizer_dir = opt_.tokenizer_dir;
   so.dump_logits = opt_.dump_logits;
   so.probe_membw = opt_.probe_membw;
   so.probe_regions = {{pinned_->data(), pinned_->size()}, {experts_arena_->data(), experts_arena_->size()}};

@@ -30,6 +30,7 @@ struct PipelineOptions {
   int64_t prefix_store_bytes = 0;  // --prefix-store-size
   int64_t prefix_store_interval = 4096;  // --prefix-store-interval (0: prompt ends only)
   int64_t prefill_chunk = 64;      // --prefill-chunk: default and most prompt tokens per pass (k3-launch: its plan's)
+  std::string tokenizer_dir;       // --tokenizer: the vocabulary's bytes for Generate.constraint ("" = refused)
 };
 
 // The process: stop signals, control link, service lifecycle; returns the exit code.

@@ -99,6 +99,9 @@ int main(int argc, char** argv) {
   app.add_option("--prefix-store-size", prefix_store_size,
                  "pipeline: the store's entries are kept under this many bytes, least recently used evicted first "
                  "(default 16G)");
+  app.add_option("--tokenizer", pipe.tokenizer_dir,
+                 "pipeline: tokenizer directory (tiktoken.model) whose token bytes constrained requests "
+                 "(Generate.constraint, k3-server's response_format) are masked with; without it they are refused");
   app.add_option("--prefix-store-interval", pipe.prefix_store_interval,
                  "pipeline: a long prompt is also snapshotted every N ids, rounded up to whole prefill chunks "
                  "(0: only at its end; default 4096)")

@@ -51,7 +51,7 @@ struct Scheduler::Request {
 Scheduler::Scheduler(const ModelConfig& cfg, Forward& fwd, const PipelineCounters& counters, SchedulerPort& port,
                      SchedulerOptions opt)
     : cfg_(cfg), fwd_(fwd), counters_(counters), port_(port), opt_(std::move(opt)),
-      prefix_cache_(opt_.prefix_cache_bytes) {
+      prefix_cache_(opt_.prefix_cache_bytes), constraints_(opt_.tokenizer_dir, cfg_.vocab_size) {
   if (!opt_.prefix_store_dir.empty()) {
     identity_ = opt_.identify();
     store_ = std::make_unique<PrefixStore>(opt_.prefix_store_dir, opt_.prefix_store_bytes, cfg_, *identity_);
@@ -256,6 +256,8 @@ std::unique_ptr<Scheduler::Request> Scheduler::Prepare(const cp::Generate& g, bo
   p.sampling = g.sampling;
   p.all_positions = g.perplexity;
   p.spec = batched ? 0 : g.spec;
+  if (g.constraint)  // the sampler chooses among the ids the schema allows next
+    p.choose = ConstrainedChooser(constraints_.For(*g.constraint), cfg_.vocab_size, p.sampling, p.prior.size() + p.ids.size());
   r->scorer = PromptScorer{r->feed};  // the ids this pass feeds (a kept state's last id first)
   return r;
 }

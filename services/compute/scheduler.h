@@ -20,6 +20,7 @@
 
 #include "common/ipc/messages.h"
 #include "common/state_file.h"
+#include "constraints.h"
 #include "forward.h"
 #include "generate.h"
 #include "membw_probe.h"
@@ -66,6 +67,7 @@ struct SchedulerOptions {
   int64_t prefix_store_interval = 0;
   int64_t prefill_chunk = 64;      // --prefill-chunk: the most prompt rows of one pass (the plan's chunk)
   std::string dump_logits;         // --dump-logits: the logits choosing each request's first token
+  std::string tokenizer_dir;       // --tokenizer: Generate.constraint's vocabulary (constraints.h)
   bool probe_membw = false;        // --probe-membw: ProbeReadGBs(probe_regions) between steps
   std::vector<MemRegion> probe_regions;
   // What a pass uses, for the Step messages: every layer's trunk bytes, and per layer the bytes
@@ -148,6 +150,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Request>> batch_;  // the batched ones, in admission order
   std::optional<ipc::compute::Step> pending_step_;  // of the last pass, sent after its Tokens
   PrefixCache prefix_cache_;
+  ConstraintLibrary constraints_;  // Generate.constraint: vocabulary and compiled schemas
   std::unique_ptr<PrefixStore> store_;  // null: no --prefix-store
 };
 

@@ -115,6 +115,7 @@ class Engine {
   void Emit(Active& a, Delta d);
   void UpdateHealth();
   std::vector<int32_t> StopIdsFor(const Active& a) const;
+  std::vector<int32_t> ConstraintEnd(Endpoint endpoint) const;  // the ids forced after a constrained value
 
   zmq::context_t& ctx_;
   svc::ControlLink& ctl_;

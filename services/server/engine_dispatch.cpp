@@ -65,6 +65,8 @@ void Engine::OnPromptIds(uint64_t id, std::vector<int32_t> ids) {
     return invalid("the prompt has " + std::to_string(ids.size()) + " tokens but the context is " +
                        std::to_string(cfg_.context) + ": no room to generate",
                    "context_length_exceeded");
+  if (a.job->spec.json_schema && a.job->spec.endpoint != Endpoint::kChat && cfg_.stop_ids.empty())
+    return invalid("'response_format' needs an end id to end the value with, and this model has none", "");
   a.prompt = std::move(ids);
   a.queued = true;
   waiting_.push_back(id);
@@ -78,6 +80,19 @@ std::vector<int32_t> Engine::StopIdsFor(const Active& a) const {
   if (a.job->spec.ignore_eos) return {};
   if (a.job->spec.endpoint != Endpoint::kChat) return cfg_.stop_ids;
   return MergeIds(cfg_.stop_ids, {chat_ids_->eom, chat_ids_->eos});
+}
+
+// What follows a constrained answer's value: a chat closes the response channel and the
+// message as the template renders them; a completion ends with the model's first end id.
+std::vector<int32_t> Engine::ConstraintEnd(Endpoint endpoint) const {
+  if (endpoint != Endpoint::kChat) return {cfg_.stop_ids.at(0)};  // OnPromptIds refused a model without
+  const ChatControlIds& c = *chat_ids_;
+  std::vector<int32_t> ids = {c.close};
+  ids.insert(ids.end(), c.response.begin(), c.response.end());
+  ids.insert(ids.end(), {c.sep, c.close});
+  ids.insert(ids.end(), c.message.begin(), c.message.end());
+  ids.insert(ids.end(), {c.sep, c.eom});
+  return ids;
 }
 
 void Engine::Dispatch() {
@@ -100,6 +115,7 @@ void Engine::Dispatch() {
     // A chat's conversation before its newest message (its preamble, for a first message):
     // a prefix snapshot there serves the next conversation with the same system prompt.
     if (spec.endpoint == Endpoint::kChat) g.snapshot_at = static_cast<int32_t>(BeforeNewestMessage(a.prompt, chat_ids_->eom));
+    if (spec.json_schema) g.constraint = cp::Constraint{*spec.json_schema, ConstraintEnd(spec.endpoint)};
     try {
       ipc::SendMessage(compute_, ipc::Encode(g), {}, "compute");
     } catch (const k3::Error&) {

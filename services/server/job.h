@@ -47,6 +47,7 @@ struct RequestSpec {
   bool stream = false, include_usage = false, return_token_ids = false;
   bool ignore_eos = false;  // vLLM's extension: the model's end ids do not end the request
   std::string cache_salt;   // vLLM's extension: prefix reuse only with requests of the same salt
+  std::optional<std::string> json_schema;  // response_format / guided_json: the answer is one value of it
 };
 
 // One generated token as logprobs show it: its bytes, logprob and the most likely alternatives.

@@ -7,6 +7,8 @@
 
 #include "common/sampling_check.h"
 #include "common/sampling_params.h"
+#include "services/server/field_policy.h"
+#include "services/server/response_format.h"
 
 namespace k3::server {
 namespace {
@@ -244,8 +246,13 @@ std::variant<RequestSpec, HttpError> ParseRequest(const std::string& body_text, 
     }
     if (const json* lb = Field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty()))
       throw Bad{"'logit_bias' is not supported"};
-    if (const json* rf = Field(body, "response_format"); rf && !(rf->is_object() && rf->value("type", "") == "text"))
-      throw Bad{"'response_format' other than {\"type\": \"text\"} is not supported"};
+    if (const std::string refused = RefusedField(body); !refused.empty()) throw Bad{refused};
+    const OutputFormat format = ParseOutputFormat(body, body_text);  // response_format, guided_json
+    if (!format.error.empty()) throw Bad{format.error};
+    if ((r.json_schema = format.schema)) {
+      if (const std::string bad = ConstrainedRequestConflict(body); !bad.empty()) throw Bad{bad};
+      r.thinking = false;  // the constraint is the answer's: a chat answers at once (docs/server.md)
+    }
     if (const json* t = Field(body, "tools"); t && !(t->is_array() && t->empty())) throw Bad{"'tools' is not supported"};
   } catch (const Bad& b) {
     return Invalid(b.message, "param");

@@ -98,6 +98,8 @@ TEST(Protocol, ComputeRoundTrip) {
   g.snapshot_at = 2;
   g.cache_partition = 0xfedcba9876543210ull;
   RoundTrip(g, DecodeCompute, "compute.Generate");
+  g.constraint = compute::Constraint{R"({"type":"object"})", {5, 7}};
+  RoundTrip(g, DecodeCompute, "compute.Generate");
   RoundTrip(compute::Token{2, 9, 3, -0.125f, {{9, -0.125f}, {4, -2.5f}}}, DecodeCompute, "compute.Token");
   RoundTrip(compute::Done{2, {3, 8, 1.5, 0.25, 11, 2, 3.75, 12, 9, 6}, compute::StopReason::kCancelled}, DecodeCompute,
             "compute.Done");

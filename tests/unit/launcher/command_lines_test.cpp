@@ -335,5 +335,16 @@ TEST(CommandLines, EveryFlagPassedIsDocumented) {
   ExpectDocumented(ServerCommandLine(o, m, Plan(), Endpoints(), {1, 2}, {"compute"}), doc);
 }
 
+// Serving with a tokenizer: compute gets its directory (absolute) for constrained requests
+// (docs/pipeline.md "Command lines"); a one-shot run does not.
+TEST(CommandLines, ComputeGetsTheTokenizerWhenServing) {
+  LaunchOptions o = Options();
+  EXPECT_FALSE(Has(Find(ServiceCommandLines(o, Layout(), Plan(), Endpoints(), "/vocab"), "compute").argv, "--tokenizer"));
+  o.serve = "127.0.0.1:8080";
+  EXPECT_EQ(After(Find(ServiceCommandLines(o, Layout(), Plan(), Endpoints(), "/vocab"), "compute").argv, "--tokenizer"), "/vocab");
+  EXPECT_FALSE(Has(Find(ServiceCommandLines(o, Layout(), Plan(), Endpoints(), ""), "compute").argv, "--tokenizer"));
+}
+
 }  // namespace
 }  // namespace k3::launch
+

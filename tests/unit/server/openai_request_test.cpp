@@ -276,7 +276,7 @@ TEST(OpenaiRequest, StreamAndExtensions) {
 
 TEST(OpenaiRequest, UnsupportedFieldsAre400) {
   // docs/server.md: n other than 1, echo, suffix, best_of > 1, logit_bias, tools and a
-  // response_format other than text are 400.
+  // response_format type other than text, json_object and json_schema are 400.
   EXPECT_EQ(Completion(R"("prompt": "x", "n": 1, "best_of": 1, "echo": false, "suffix": "", "logit_bias": {},
       "response_format": {"type": "text"}, "tools": [])").prompt_text, "x");
   CompletionRefused(R"("n": 2)", "'n'");
@@ -286,7 +286,7 @@ TEST(OpenaiRequest, UnsupportedFieldsAre400) {
   CompletionRefused(R"("best_of": 2)", "'best_of'");
   CompletionRefused(R"("logit_bias": {"50256": -100})", "'logit_bias'");
   ChatRefused(R"("logit_bias": {"1": 5})", "'logit_bias'");
-  ChatRefused(R"("response_format": {"type": "json_object"})", "'response_format'");
+  ChatRefused(R"("response_format": {"type": "xml"})", "'response_format.type' must be text, json_object or json_schema");
   ChatRefused(R"("tools": [{"type": "function", "function": {"name": "f"}}])", "'tools'");
 }
 

@@ -1,0 +1,95 @@
+#include "services/server/response_format.h"
+
+#include "common/json_constraint/schema.h"
+#include "common/json_strict.h"
+
+namespace k3::server {
+namespace {
+using ordered = nlohmann::ordered_json;
+
+const ordered* Find(const ordered& o, const char* key) {
+  const auto it = o.find(key);
+  return it == o.end() || it->is_null() ? nullptr : &*it;
+}
+
+// Each schema is compiled once here, to refuse it with the keyword's name.
+std::string Refusal(const ordered& schema, const std::string& where) {
+  try {
+    json_constraint::CompileSchema(schema);
+  } catch (const json_constraint::SchemaError& e) {
+    return "'" + where + "': " + e.what();
+  }
+  return "";
+}
+
+OutputFormat FromResponseFormat(const ordered& rf) {
+  if (!rf.is_object()) return {std::nullopt, "'response_format' must be an object"};
+  for (const auto& [key, _] : rf.items())
+    if (key != "type" && key != "json_schema") return {std::nullopt, "'response_format." + key + "' is not supported"};
+  const ordered* type = Find(rf, "type");
+  if (!type || !type->is_string()) return {std::nullopt, "'response_format.type' must be text, json_object or json_schema"};
+  const std::string t = type->get<std::string>();
+  if (t == "text") return {};
+  if (t == "json_object") return {std::string(R"({"type":"object"})"), ""};
+  if (t != "json_schema") return {std::nullopt, "'response_format.type' must be text, json_object or json_schema"};
+  const ordered* js = Find(rf, "json_schema");
+  if (!js || !js->is_object()) return {std::nullopt, "'response_format.json_schema' must be an object"};
+  for (const auto& [key, _] : js->items())
+    if (key != "name" && key != "schema" && key != "strict" && key != "description")
+      return {std::nullopt, "'response_format.json_schema." + key + "' is not supported"};
+  const ordered* name = Find(*js, "name");
+  if (!name || !name->is_string() || name->get<std::string>().empty() || name->get<std::string>().size() > 64)
+    return {std::nullopt, "'response_format.json_schema.name' must be a string of 1 to 64 characters"};
+  if (const ordered* strict = Find(*js, "strict"); strict && !strict->is_boolean())
+    return {std::nullopt, "'response_format.json_schema.strict' must be true or false"};
+  const ordered* schema = Find(*js, "schema");
+  if (!schema || !schema->is_object()) return {std::nullopt, "'response_format.json_schema.schema' must be an object"};
+  if (std::string bad = Refusal(*schema, "response_format.json_schema.schema"); !bad.empty()) return {std::nullopt, bad};
+  return {schema->dump(), ""};
+}
+
+}  // namespace
+
+OutputFormat ParseOutputFormat(const nlohmann::json& body, const std::string& body_text) {
+  const bool rf = body.contains("response_format") && !body["response_format"].is_null();
+  const bool guided = body.contains("guided_json") && !body["guided_json"].is_null();
+  if (!rf && !guided) return {};
+  // A key given twice would leave it to the parser which schema counts: refused.
+  try {
+    ParseJsonStrict(body_text, "a request with 'response_format' or 'guided_json'", kExitBadInput);
+  } catch (const k3::Error& e) {
+    return {std::nullopt, e.what()};
+  }
+  const ordered doc = ordered::parse(body_text);  // parsed before, so it parses; now in document order
+  OutputFormat out;
+  if (rf) out = FromResponseFormat(doc["response_format"]);
+  if (!out.error.empty() || !guided) return out;
+  if (out.schema) return {std::nullopt, "'guided_json' and a 'response_format' other than text exclude each other"};
+  ordered schema = doc["guided_json"];
+  if (schema.is_string()) {  // vLLM takes the schema as an object or as its JSON text
+    try {
+      schema = ordered::parse(schema.get<std::string>());
+    } catch (const nlohmann::json::exception&) {
+      return {std::nullopt, "'guided_json' must be a schema object or its JSON text"};
+    }
+  }
+  if (!schema.is_object()) return {std::nullopt, "'guided_json' must be a schema object or its JSON text"};
+  if (std::string bad = Refusal(schema, "guided_json"); !bad.empty()) return {std::nullopt, bad};
+  return {schema.dump(), ""};
+}
+
+std::string ConstrainedRequestConflict(const nlohmann::json& body) {
+  auto given = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
+  if (given("stop")) return "'stop' cannot be combined with a constrained 'response_format' (a stop string could cut the value)";
+  if (given("ignore_eos") && body["ignore_eos"] == true) return "'ignore_eos' cannot be combined with a constrained 'response_format'";
+  // The constraint applies to the answer; a chat's thinking is turned off for it (docs/server.md).
+  if (given("reasoning_effort") && body["reasoning_effort"] != "none")
+    return "a constrained 'response_format' turns thinking off: 'reasoning_effort' must be none or absent";
+  if (given("chat_template_kwargs") && body["chat_template_kwargs"].is_object())
+    for (const char* key : {"thinking", "enable_thinking"})
+      if (body["chat_template_kwargs"].value(key, false) == true)
+        return std::string("a constrained 'response_format' turns thinking off: 'chat_template_kwargs.") + key + "' must not be true";
+  return "";
+}
+
+}  // namespace k3::server
