@@ -280,7 +280,8 @@ void Session::Turn(const std::string& text) {
         if (generated.empty()) first_token = Clock::now();
         generated.push_back(t->id);
         const auto ch = split.Push(t->id);
-        if (ch == ChannelSplitter::Channel::kNone) continue;
+        // The terminal chat declares no tools: a tools channel is not shown, as other framing.
+        if (ch == ChannelSplitter::Channel::kNone || ch == ChannelSplitter::Channel::kTools) continue;
         // Not sent again: a decode lost in a restart is skipped at the end (docs/chat.md).
         const int32_t token = t->id;
         const uint64_t id = tok_requests_.Send(
