@@ -245,7 +245,8 @@ std::variant<RequestSpec, HttpError> ParseRequest(const std::string& body_text, 
       throw Bad{"'logit_bias' is not supported"};
     if (const json* rf = Field(body, "response_format"); rf && !(rf->is_object() && rf->value("type", "") == "text"))
       throw Bad{"'response_format' other than {\"type\": \"text\"} is not supported"};
-    if (const json* t = Field(body, "tools"); t && endpoint != Endpoint::kChat) throw Bad{"'tools' is not supported"};
+    if (const json* t = Field(body, "tools"); t && endpoint != Endpoint::kChat && !(t->is_array() && t->empty()))
+      throw Bad{"'tools' is not supported on /v1/completions"};
   } catch (const ToolFieldError& b) {
     return Invalid(b.message, "param");
   } catch (const Bad& b) {

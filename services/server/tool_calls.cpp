@@ -156,7 +156,11 @@ ParsedCall ParseCall(const std::vector<XtmlPiece>& p, size_t from, size_t to) {
       if (!TypeMatches(type, j)) throw Bad{"argument \"" + key + "\" is declared " + type + " but is " + j.type_name()};
       v = Dump(j);
     }
-    call.fragments.push_back((keys.empty() ? "{" : ",") + Dump(ojson(key)) + ":" + v);
+    std::string fragment(keys.empty() ? "{" : ",");
+    fragment += Dump(ojson(key));
+    fragment += ':';
+    fragment += v;
+    call.fragments.push_back(std::move(fragment));
     keys.push_back(key);
   }
   if (!json_block) call.fragments.push_back(keys.empty() ? "{}" : "}");

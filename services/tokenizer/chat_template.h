@@ -30,7 +30,7 @@ namespace k3::tok {
 struct ChatOptions {
   bool thinking = true;
   std::string thinking_effort = "max";  // low | high | max
-  std::string tools_json;                // the request's `tools` (a JSON array); empty: none declared
+  std::string tools_json = {};           // the request's `tools` (a JSON array); empty: none declared
   ToolChoice tool_choice = ToolChoice::kAuto;
   // The last message is an assistant message the model continues (a prefill): it is rendered
   // open, its response channel (or, with tool calls, its tools channel) not closed; then no

@@ -4,6 +4,7 @@
 #include "services/server/openai_request.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <string>
 #include <variant>
@@ -112,7 +113,7 @@ TEST(OpenaiRequest, ChatMessageRefusals) {
   Refused(R"({"model": "m", "messages": {"role": "user"}})", Endpoint::kChat, "'messages'");
   Refused(R"({"model": "m", "messages": ["hi"]})", Endpoint::kChat, "messages[0]");
   Refused(R"({"model": "m", "messages": [{"content": "hi"}]})", Endpoint::kChat, "messages[0].role");
-  Refused(R"({"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]})",
+  Refused(R"({"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "function", "content": "b"}]})",
           Endpoint::kChat, "messages[1].role");
   Refused(R"({"model": "m", "messages": [{"role": "user", "content": 5}]})", Endpoint::kChat, "messages[0].content");
   Refused(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
@@ -275,8 +276,8 @@ TEST(OpenaiRequest, StreamAndExtensions) {
 }
 
 TEST(OpenaiRequest, UnsupportedFieldsAre400) {
-  // docs/server.md: n other than 1, echo, suffix, best_of > 1, logit_bias, tools and a
-  // response_format other than text are 400.
+  // docs/server.md: n other than 1, echo, suffix, best_of > 1, logit_bias, tools on
+  // /v1/completions and a response_format other than text are 400.
   EXPECT_EQ(Completion(R"("prompt": "x", "n": 1, "best_of": 1, "echo": false, "suffix": "", "logit_bias": {},
       "response_format": {"type": "text"}, "tools": [])").prompt_text, "x");
   CompletionRefused(R"("n": 2)", "'n'");
@@ -287,7 +288,7 @@ TEST(OpenaiRequest, UnsupportedFieldsAre400) {
   CompletionRefused(R"("logit_bias": {"50256": -100})", "'logit_bias'");
   ChatRefused(R"("logit_bias": {"1": 5})", "'logit_bias'");
   ChatRefused(R"("response_format": {"type": "json_object"})", "'response_format'");
-  ChatRefused(R"("tools": [{"type": "function", "function": {"name": "f"}}])", "'tools'");
+  CompletionRefused(R"("tools": [{"type": "function", "function": {"name": "f"}}])", "'tools'");
 }
 
 TEST(OpenaiRequest, UnknownFieldsAreIgnored) {
