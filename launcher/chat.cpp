@@ -212,7 +212,8 @@ void Session::Turn(const std::string& text) {
   const auto entered = Clock::now();  // a turn's times start here: what the user waits
   history_.push_back({"user", text, std::nullopt});
   auto rendered_msg = CallTokenizer([&](uint64_t id) {
-    return ipc::Encode(tk::RenderChat{id, HistoryJsonl(history_), thinking_, effort_});
+    // The terminal chat declares no tools.
+    return ipc::Encode(tk::RenderChat{id, HistoryJsonl(history_), thinking_, effort_, "", tk::ToolChoice::kAuto, false});
   });
   if (!rendered_msg || std::holds_alternative<tk::Failed>(*rendered_msg)) {
     history_.pop_back();

@@ -116,6 +116,7 @@ class Engine {
   void Fail(uint64_t id, HttpError e, Outcome outcome);
   void Emit(Active& a, Delta d);
   void EmitToolCalls(Active& a, Delta& d, bool final);
+  bool ToolBytesKnown(Active& a);
   void UpdateHealth();
   std::vector<int32_t> StopIdsFor(const Active& a) const;
 

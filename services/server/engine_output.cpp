@@ -28,6 +28,14 @@ void Engine::Emit(Active& a, Delta d) {
   a.job->cv.notify_all();
 }
 
+// True when the bytes of every id of the tools channel are known (a prefilled channel's ids
+// come from the prompt, whose bytes were not asked for); else asks for them.
+bool Engine::ToolBytesKnown(Active& a) {
+  bool known = true;
+  for (int32_t id : a.tool_ids) known = HaveBytes(id) && known;
+  return known;
+}
+
 // Hands out the calls of the tools channel that are complete and not handed out yet, each in
 // Deltas of its own after `d` (flushed first, so the order is kept); at the end, the calls
 // refused join the content and are reported.
@@ -92,7 +100,7 @@ void Engine::Process(Active& a) {
       a.tool_ids.push_back(t.id);
       ++a.processed;
       show(false);
-      if (t.id == chat_ids_->sep) EmitToolCalls(a, d, false);
+      if (t.id == chat_ids_->sep && ToolBytesKnown(a)) EmitToolCalls(a, d, false);
       continue;
     }
     if (!ends && ch != Channel::kNone) {
@@ -108,7 +116,7 @@ void Engine::Process(Active& a) {
     show(false);
   }
   if (a.stop_matched) SendCancel(a);
-  const bool finished = a.done && (a.stop_matched || a.processed == a.tokens.size());
+  const bool finished = a.done && (a.stop_matched || a.processed == a.tokens.size()) && ToolBytesKnown(a);
   if (finished) {
     show(true);
     if (!a.stop_matched) d.content += a.stop.Finish();

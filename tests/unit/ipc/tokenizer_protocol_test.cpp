@@ -38,8 +38,8 @@ TEST(TokenizerProtocol, RoundTrip) {
   RoundTrip(tk::Decode{4, {228}, true, false}, "tokenizer.Decode");
   RoundTrip(tk::Decode{4, {}, true, true}, "tokenizer.Decode");
   RoundTrip(tk::Decoded{4, "\xe4\xbd"}, "tokenizer.Decoded");
-  RoundTrip(tk::RenderChat{5, "{\"role\":\"user\",\"content\":\"hi\"}\n", false, "low"}, "tokenizer.RenderChat");
-  RoundTrip(tk::RenderChat{6, "", true, ""}, "tokenizer.RenderChat");
+  RoundTrip(tk::RenderChat{5, "{\"role\":\"user\",\"content\":\"hi\"}\n", false, "low", "", tk::ToolChoice::kAuto, false}, "tokenizer.RenderChat");
+  RoundTrip(tk::RenderChat{6, "", true, "", "", tk::ToolChoice::kAuto, false}, "tokenizer.RenderChat");
   RoundTrip(tk::RenderChat{7, "{\"role\":\"user\",\"content\":\"hi\"}\n", true, "max", "[{\"type\":\"function\"}]",
                            tk::ToolChoice::kNamed, true},
             "tokenizer.RenderChat");

@@ -97,13 +97,13 @@ TEST(TokenizerService, UnknownAndNegativeIdsFail) {
 TEST(TokenizerService, RenderChatMatchesTemplate) {
   TokenizerService s(TestTokenizer());
   const std::string hist = "{\"role\":\"system\",\"content\":\"be brief\"}\n{\"role\":\"user\",\"content\":\"hello\"}\n";
-  const auto& e = As<tk::EncodedIds>(s.Handle(tk::RenderChat{6, hist, false, ""}));
+  const auto& e = As<tk::EncodedIds>(s.Handle(tk::RenderChat{6, hist, false, "", "", tk::ToolChoice::kAuto, false}));
   ChatOptions opt;
   opt.thinking = false;
   const std::vector<ChatMessage> msgs = {{Role::kSystem, "be brief", std::nullopt}, {Role::kUser, "hello", std::nullopt}};
   EXPECT_EQ(e.ids, Wire(ChatTemplate(TestTokenizer()).Render(msgs, opt, true)));
-  EXPECT_EQ(As<tk::Failed>(s.Handle(tk::RenderChat{7, "{\"role\":\"user\"}\n", true, ""})).error, tk::Error::kBadInput);
-  EXPECT_EQ(As<tk::Failed>(s.Handle(tk::RenderChat{8, hist, true, "extreme"})).error, tk::Error::kUnsupported);
+  EXPECT_EQ(As<tk::Failed>(s.Handle(tk::RenderChat{7, "{\"role\":\"user\"}\n", true, "", "", tk::ToolChoice::kAuto, false})).error, tk::Error::kBadInput);
+  EXPECT_EQ(As<tk::Failed>(s.Handle(tk::RenderChat{8, hist, true, "extreme", "", tk::ToolChoice::kAuto, false})).error, tk::Error::kUnsupported);
 }
 
 // RenderChat's tool fields reach the template: tools, tool_choice, continue_final.
