@@ -5,7 +5,8 @@ namespace k3 {
 const std::vector<ControlIdQuery>& ControlIdQueries() {
   static const std::vector<ControlIdQuery> q = {{"<|open|>", true}, {"<|close|>", true}, {"<|sep|>", true},
                                                 {"<|end_of_msg|>", true}, {"[EOS]", true}, {"think", false},
-                                                {"response", false}, {"message", false}};
+                                                {"response", false}, {"message", false},
+                                                {"tools", false}};
   return q;
 }
 
@@ -28,6 +29,7 @@ std::variant<ChatControlIds, ControlIdProblem> ControlIdsFrom(const std::map<std
   c.think = ids("think");
   c.response = ids("response");
   c.message = ids("message");
+  c.tools = ids("tools");
   return c;
 }
 

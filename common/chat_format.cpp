@@ -13,6 +13,20 @@ ChannelSplitter::Channel ChannelSplitter::Push(int32_t id) {
     ended_ = true;
     return Channel::kNone;
   }
+  if (channel_ == Channel::kTools) {  // nested elements: only <|close|>tools<|sep|> ends it
+    if (id == ids_.close) {
+      in_tag_ = true;
+      tag_.clear();
+    } else if (id == ids_.open) {
+      in_tag_ = false;
+    } else if (in_tag_ && id == ids_.sep) {
+      in_tag_ = false;
+      if (tag_ == ids_.tools) channel_ = Channel::kNone;
+    } else if (in_tag_) {
+      tag_.push_back(id);
+    }
+    return Channel::kTools;
+  }
   if (id == ids_.open || id == ids_.close) {
     in_tag_ = true;
     opening_ = id == ids_.open;
@@ -26,6 +40,7 @@ ChannelSplitter::Channel ChannelSplitter::Push(int32_t id) {
     }
     in_tag_ = false;
     if (!opening_) channel_ = Channel::kNone;
+    else if (tag_ == ids_.tools) channel_ = Channel::kTools;
     else if (tag_ == ids_.think) channel_ = Channel::kThink;
     else if (tag_ == ids_.response) channel_ = Channel::kResponse;
     else channel_ = Channel::kNone;  // <|open|>message ...: not a channel of this reply
@@ -50,6 +65,10 @@ std::string HistoryJsonl(const std::vector<ChatMessage>& messages) {
   for (const ChatMessage& m : messages) {
     nlohmann::json j = {{"role", m.role}, {"content", m.content}};
     if (m.reasoning) j["reasoning_content"] = *m.reasoning;
+    for (const ChatToolCall& c : m.tool_calls)
+      j["tool_calls"].push_back(
+          {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    if (m.tool_call_id) j["tool_call_id"] = *m.tool_call_id;
     out += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   }
   return out;

@@ -13,15 +13,17 @@ namespace k3 {
 // The ids of the template's control tokens and tag names, asked from the tokenizer service.
 struct ChatControlIds {
   int32_t open = -1, close = -1, sep = -1, eom = -1, eos = -1;
-  std::vector<int32_t> think, response, message;  // the ids of the tag names "think", "response", "message"
+  std::vector<int32_t> think, response, message, tools;  // the ids of these tag names
 };
 
-// Splits generated ids into the reasoning and response channels as they arrive:
+// Splits generated ids into the reasoning, response and tools channels as they arrive:
 // <|open|>NAME<|sep|> opens a channel, <|close|>NAME<|sep|> closes it, <|end_of_msg|> or
-// [EOS] ends the message. Payload outside both channels belongs to neither.
+// [EOS] ends the message. Payload outside the channels belongs to none. The tools channel
+// holds elements of its own (call, argument): every id from its opening <|sep|> to its
+// closing <|close|>tools<|sep|> (the closing tag included) is kTools.
 class ChannelSplitter {
  public:
-  enum class Channel { kNone, kThink, kResponse };
+  enum class Channel { kNone, kThink, kResponse, kTools };
   ChannelSplitter(const ChatControlIds& ids, bool thinking);
   // The channel whose text the id is part of (kNone for control ids and tag names).
   Channel Push(int32_t id);
@@ -47,9 +49,14 @@ size_t CompleteUtf8Prefix(const std::string& s);
 int64_t BeforeNewestMessage(const std::vector<int32_t>& ids, int32_t eom);
 
 // The JSONL history the tokenizer's RenderChat reads (docs/tokenizer.md, "History").
+struct ChatToolCall {
+  std::string id, name, arguments;  // arguments: the JSON text as the client sent it
+};
 struct ChatMessage {
   std::string role, content;
   std::optional<std::string> reasoning;
+  std::vector<ChatToolCall> tool_calls = {};               // assistant
+  std::optional<std::string> tool_call_id = std::nullopt;  // tool
 };
 std::string HistoryJsonl(const std::vector<ChatMessage>& messages);
 

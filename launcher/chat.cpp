@@ -169,7 +169,9 @@ void Session::Turn(const std::string& text) {
   const auto entered = Clock::now();  // a turn's times start here: what the user waits
   history_.push_back({"user", text, std::nullopt});
   auto rendered_msg = CallTokenizer([&](uint64_t id) {
-    return ipc::Encode(tk::RenderChat{id, HistoryJsonl(history_), settings_.thinking, settings_.effort});
+    // The terminal chat declares no tools.
+    return ipc::Encode(tk::RenderChat{id, HistoryJsonl(history_), settings_.thinking, settings_.effort, "",
+                                      tk::ToolChoice::kAuto, false});
   });
   if (!rendered_msg || std::holds_alternative<tk::Failed>(*rendered_msg)) {
     history_.pop_back();
@@ -237,7 +239,8 @@ void Session::Turn(const std::string& text) {
         if (generated.empty()) first_token = Clock::now();
         generated.push_back(t->id);
         const auto ch = split.Push(t->id);
-        if (ch == ChannelSplitter::Channel::kNone) continue;
+        // The terminal chat declares no tools: a tools channel is not shown, as other framing.
+        if (ch == ChannelSplitter::Channel::kNone || ch == ChannelSplitter::Channel::kTools) continue;
         // Not sent again: a decode lost in a restart is skipped at the end (docs/chat.md).
         const int32_t token = t->id;
         const uint64_t id = tok_requests_.Send(

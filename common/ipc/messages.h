@@ -242,6 +242,7 @@ using Message = std::variant<Generate, Token, Done, Cancel, StateOp, StateDone, 
 
 namespace tokenizer {
 enum class Error : uint8_t { kNone = 0, kBadInput = 1, kUnknownId = 2, kUnsupported = 3 };
+enum class ToolChoice : uint8_t { kAuto = 0, kNone = 1, kRequired = 2, kNamed = 3 };
 struct Encode {
   uint64_t request_id = 0;
   std::string text;  // bytes, not necessarily UTF-8
@@ -270,6 +271,9 @@ struct RenderChat {
   std::string history_jsonl;
   bool thinking = true;
   std::string thinking_effort;
+  std::string tools_json;  // bytes: a JSON array, or empty
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  bool continue_final = false;
   bool operator==(const RenderChat&) const = default;
 };
 struct Failed {

@@ -523,10 +523,12 @@ Encoded Encode(const tokenizer::Decoded& m) {
   return Finish(fbb, Protocol::kTokenizer, fbt::Message::Decoded);
 }
 Encoded Encode(const tokenizer::RenderChat& m) {
-  FlatBufferBuilder fbb(128 + m.history_jsonl.size());
+  FlatBufferBuilder fbb(128 + m.history_jsonl.size() + m.tools_json.size());
   auto hist = BytesVec(fbb, m.history_jsonl);
   auto effort = fbb.CreateString(m.thinking_effort);
-  auto msg = fbt::CreateRenderChat(fbb, m.request_id, hist, m.thinking, effort);
+  auto tools = BytesVec(fbb, m.tools_json);
+  auto msg = fbt::CreateRenderChat(fbb, m.request_id, hist, m.thinking, effort, tools,
+                                   static_cast<fbt::ToolChoice>(m.tool_choice), m.continue_final);
   fbt::FinishSizePrefixedEnvelopeBuffer(fbb, fbt::CreateEnvelope(fbb, fbt::Message::RenderChat, msg.Union()));
   return Finish(fbb, Protocol::kTokenizer, fbt::Message::RenderChat);
 }
@@ -562,8 +564,10 @@ Result<tokenizer::Message> DecodeTokenizer(std::span<const uint8_t> kind, std::s
           }
           case fbt::Message::RenderChat: {
             const auto* m = e->message_as_RenderChat();
+            if (m->tool_choice() > fbt::ToolChoice::MAX) return R::Fail("RenderChat.tool_choice out of range");
             return R::Ok(tokenizer::RenderChat{m->request_id(), Bytes(m->history_jsonl()), m->thinking(),
-                                               Str(m->thinking_effort())});
+                                               Str(m->thinking_effort()), Bytes(m->tools_json()),
+                                               static_cast<tokenizer::ToolChoice>(m->tool_choice()), m->continue_final()});
           }
           case fbt::Message::Failed: {
             const auto* m = e->message_as_Failed();

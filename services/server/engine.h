@@ -11,6 +11,10 @@
 // engine_dispatch.cpp (prompt checks, the queue, Generates and Cancels to compute, its
 // replies), engine_output.cpp (tokens to Deltas, a request's end).
 //
+// Tool calls (services/server/tool_calls.h): the ids of the reply's tools channel are parsed
+// at each <|sep|> and when the reply ends; each call accepted is handed out whole (its start,
+// then its arguments' fragments), each one refused is added to the content and reported.
+//
 // Thread-safety: Submit, Healthy and NotReady are called from HTTP threads; Run from the
 // engine thread only.
 #pragma once
@@ -39,6 +43,9 @@
 #include "services/server/metrics.h"
 
 namespace k3::server {
+
+// "call_<16 random hex digits>_": a reply's tool call ids are this and the call's index.
+std::string ToolCallIdPrefix();
 
 struct EngineConfig {
   std::string compute, tokenizer;    // endpoints: compute's (bound here), the tokenizer's (connected)
@@ -83,7 +90,10 @@ class Engine {
     std::chrono::steady_clock::time_point first_token_at, last_token_at;  // arrivals here
     std::optional<ipc::compute::Done> done;
     int64_t reasoning_tokens = 0;  // ids before the answer's first (chat with thinking)
-    bool answer_started = false;
+    bool answer_started = false;   // the response or the tools channel has opened
+    std::vector<int32_t> tool_ids;  // the tools channel as generated (chat)
+    size_t calls_sent = 0;          // of its calls, handed out
+    std::string call_id_prefix;     // "call_<random>_": the calls' ids end in their index
     explicit Active(std::shared_ptr<Job> j) : job(std::move(j)), stop(job->spec.stop) {}
   };
   enum class TokKind { kPrompt, kDecode, kControl };
@@ -113,6 +123,8 @@ class Engine {
   void Finish(uint64_t id);
   void Fail(uint64_t id, HttpError e, Outcome outcome);
   void Emit(Active& a, Delta d);
+  void EmitToolCalls(Active& a, Delta& d, bool final);
+  bool ToolBytesKnown(Active& a);
   void UpdateHealth();
   std::vector<int32_t> StopIdsFor(const Active& a) const;
   std::vector<int32_t> ConstraintEnd(Endpoint endpoint) const;  // the ids forced after a constrained value

@@ -28,13 +28,15 @@ void Engine::TakeSubmitted() {
     auto [it, _] = active_.try_emplace(id, job);
     Active& a = it->second;
     if (spec.endpoint == Endpoint::kChat) a.split.emplace(*chat_ids_, spec.thinking);
+    a.call_id_prefix = ToolCallIdPrefix();
     if (spec.prompt_ids) {
       OnPromptIds(id, *spec.prompt_ids);
       continue;
     }
     const bool sent = SendTokenizer(TokPending{TokKind::kPrompt, id, -1, {}}, [&](uint64_t tid) {
       return spec.endpoint == Endpoint::kChat
-                 ? ipc::Encode(tk::RenderChat{tid, HistoryJsonl(spec.messages), spec.thinking, spec.effort})
+                 ? ipc::Encode(tk::RenderChat{tid, HistoryJsonl(spec.messages), spec.thinking, spec.effort,
+                                                       spec.tools_json, spec.tools.choice, spec.continue_final})
                  : ipc::Encode(tk::Encode{tid, spec.prompt_text, false});
     });
     if (!sent)
@@ -68,6 +70,19 @@ void Engine::OnPromptIds(uint64_t id, std::vector<int32_t> ids) {
   if (a.job->spec.json_schema && a.job->spec.endpoint != Endpoint::kChat && cfg_.stop_ids.empty())
     return invalid("'response_format' needs an end id to end the value with, and this model has none", "");
   a.prompt = std::move(ids);
+  if (a.split && a.job->spec.continue_final) {
+    // The message the model continues: its channels so far (after its <|open|>message ...<|sep|>)
+    // go through the splitter first; its tools channel's ids are the start of the reply's.
+    size_t start = 0;
+    for (size_t i = a.prompt.size(); i-- > 0;)
+      if (a.prompt[i] == chat_ids_->eom) {
+        start = i + 1;
+        break;
+      }
+    while (start < a.prompt.size() && a.prompt[start] != chat_ids_->sep) ++start;
+    for (size_t i = start + 1; i < a.prompt.size(); ++i)
+      if (a.split->Push(a.prompt[i]) == ChannelSplitter::Channel::kTools) a.tool_ids.push_back(a.prompt[i]);
+  }
   a.queued = true;
   waiting_.push_back(id);
   std::lock_guard<std::mutex> lock(a.job->mu);

@@ -2,20 +2,70 @@
 // channels apart, cut at a stop string, with logprobs) and handed to its HTTP thread as
 // Deltas; and its end, finished or failed.
 #include <algorithm>
+#include <cstdio>
+#include <iostream>
 
 #include "common/ipc/protocol.h"
+#include "common/sampling_params.h"
 #include "services/server/engine.h"
 #include "services/server/engine_errors.h"
+#include "services/server/tool_calls.h"
 
 namespace k3::server {
 namespace cp = ipc::compute;
 using Channel = ChannelSplitter::Channel;
 
+std::string ToolCallIdPrefix() {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "call_%016llx_", static_cast<unsigned long long>(RandomSeed()));
+  return buf;
+}
+
 void Engine::Emit(Active& a, Delta d) {
-  if (d.reasoning.empty() && d.content.empty() && d.logprobs.empty()) return;
+  if (d.reasoning.empty() && d.content.empty() && d.logprobs.empty() && d.tool_calls.empty()) return;
   std::lock_guard<std::mutex> lock(a.job->mu);
   a.job->deltas.push_back(std::move(d));
   a.job->cv.notify_all();
+}
+
+// True when the bytes of every id of the tools channel are known (a prefilled channel's ids
+// come from the prompt, whose bytes were not asked for); else asks for them.
+bool Engine::ToolBytesKnown(Active& a) {
+  bool known = true;
+  for (int32_t id : a.tool_ids) known = HaveBytes(id) && known;
+  return known;
+}
+
+// Hands out the calls of the tools channel that are complete and not handed out yet, each in
+// Deltas of its own after `d` (flushed first, so the order is kept); at the end, the calls
+// refused join the content and are reported.
+void Engine::EmitToolCalls(Active& a, Delta& d, bool final) {
+  const std::vector<XtmlPiece> pieces =
+      XtmlPieces(a.tool_ids, *chat_ids_, [&](int32_t id) -> const std::string& { return bytes_.at(id); });
+  const ToolCallsParse parsed = ParseToolCalls(pieces, a.job->spec.tools, final);
+  if (parsed.calls.size() > a.calls_sent) {
+    Emit(a, std::move(d));
+    d = Delta{};
+  }
+  for (; a.calls_sent < parsed.calls.size(); ++a.calls_sent) {
+    const ParsedCall& c = parsed.calls[a.calls_sent];
+    const int index = static_cast<int>(a.calls_sent);
+    Delta start;
+    start.tool_calls.push_back({index, a.call_id_prefix + std::to_string(index), c.name, ""});
+    Emit(a, std::move(start));
+    for (const std::string& f : c.fragments) {
+      Delta frag;
+      frag.tool_calls.push_back({index, "", "", f});
+      Emit(a, std::move(frag));
+    }
+  }
+  if (!final) return;
+  for (const CallProblem& p : parsed.problems) {
+    std::cerr << "[server] request " << a.job->id << ": a tool call from the model was not accepted: " << p.error << "\n";
+    d.content += p.raw;
+  }
+  std::lock_guard<std::mutex> lock(a.job->mu);
+  a.job->tool_call_errors = parsed.problems;
 }
 
 // Turns the tokens whose bytes are known into text, in order; a stop string found cancels the
@@ -47,10 +97,18 @@ void Engine::Process(Active& a) {
     const bool ends = std::binary_search(stops.begin(), stops.end(), t.id);
     const Channel ch = chat ? a.split->Push(t.id) : Channel::kResponse;
     // usage's reasoning_tokens: every id before the answer's first (the reasoning and the tags
-    // that close it and open the answer), so reasoning + answer ids = completion_tokens.
+    // that close it and open the answer or the tool calls), so reasoning + answer ids =
+    // completion_tokens.
     if (chat && a.job->spec.thinking && !a.answer_started) {
-      if (ch == Channel::kResponse) a.answer_started = true;
+      if (ch == Channel::kResponse || ch == Channel::kTools) a.answer_started = true;
       else ++a.reasoning_tokens;
+    }
+    if (!ends && ch == Channel::kTools) {
+      a.tool_ids.push_back(t.id);
+      ++a.processed;
+      show(false);
+      if (t.id == chat_ids_->sep && ToolBytesKnown(a)) EmitToolCalls(a, d, false);
+      continue;
     }
     if (!ends && ch != Channel::kNone) {
       a.raw[static_cast<size_t>(ch)] += bytes_[t.id];
@@ -64,10 +122,11 @@ void Engine::Process(Active& a) {
     show(false);
   }
   if (a.stop_matched) SendCancel(a);
-  const bool finished = a.done && (a.stop_matched || a.processed == a.tokens.size());
+  const bool finished = a.done && (a.stop_matched || a.processed == a.tokens.size()) && ToolBytesKnown(a);
   if (finished) {
     show(true);
     if (!a.stop_matched) d.content += a.stop.Finish();
+    if (chat && !a.stop_matched && !a.tool_ids.empty()) EmitToolCalls(a, d, true);
   }
   Emit(a, std::move(d));
   if (finished) Finish(a.job->id);
@@ -91,6 +150,7 @@ void Engine::Finish(uint64_t id) {
     Job& j = *a.job;
     j.phase = Job::Phase::kFinished;
     j.finish_reason = a.stop_matched || done.reason == cp::StopReason::kStopId ? "stop" : "length";
+    if (j.finish_reason == "stop" && !a.stop_matched && a.calls_sent > 0) j.finish_reason = "tool_calls";
     j.prompt_tokens = static_cast<int64_t>(a.prompt.size());
     j.completion_tokens = done.stats.generated_tokens;
     j.cached_tokens = done.stats.cached_tokens;

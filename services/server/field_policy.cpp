@@ -49,8 +49,6 @@ const std::vector<Rule>& Rules() {
       {"include_stop_str_in_output", False, "the answer ends before a stop string"},
       {"skip_special_tokens", True, "special tokens are never part of the answer"},
       {"truncate_prompt_tokens", Never, "prompt truncation is not supported"},
-      {"add_generation_prompt", True, "the chat template always adds the generation prompt"},
-      {"continue_final_message", False, "continuing the final message is not supported"},
       {"chat_template", Never, "k3 renders K3's own chat template"},
       {"documents", Never, "documents are not supported"},
       {"priority", Zero, "requests are served in arrival order"},

@@ -17,6 +17,7 @@
 
 #include "common/chat_format.h"
 #include "common/ipc/messages.h"
+#include "services/server/tool_types.h"
 
 namespace k3::server {
 
@@ -48,6 +49,9 @@ struct RequestSpec {
   bool ignore_eos = false;  // vLLM's extension: the model's end ids do not end the request
   std::string cache_salt;   // vLLM's extension: prefix reuse only with requests of the same salt
   std::optional<std::string> json_schema;  // response_format / guided_json: the answer is one value of it
+  std::string tools_json;   // chat: the `tools` array as JSON ("" = none declared)
+  ToolRules tools;          // chat: what a reply may call
+  bool continue_final = false;  // chat: the model continues the last (assistant) message
 };
 
 // One generated token as logprobs show it: its bytes, logprob and the most likely alternatives.
@@ -61,6 +65,7 @@ struct TokenLogprob {
 struct Delta {
   std::string reasoning, content;
   std::vector<TokenLogprob> logprobs;  // the tokens processed for this delta (content channel)
+  std::vector<ToolCallDelta> tool_calls = {};  // at most one: a call's start or an arguments fragment
 };
 
 class Job {
@@ -79,7 +84,8 @@ class Job {
   Phase phase = Phase::kPreparing;
   HttpError error;            // kFailed
   std::deque<Delta> deltas;   // produced, not yet taken
-  std::string finish_reason;  // kFinished: "stop" or "length"
+  std::string finish_reason;  // kFinished: "stop", "length" or "tool_calls"
+  std::vector<CallProblem> tool_call_errors;  // kFinished: calls from the model not accepted
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0, reasoning_tokens = 0;
   double prefill_seconds = 0, seconds_per_token = 0;  // compute's RunStats (timings.h)
   std::vector<int32_t> prompt_ids, token_ids;

@@ -9,6 +9,7 @@
 #include "common/sampling_params.h"
 #include "services/server/field_policy.h"
 #include "services/server/response_format.h"
+#include "services/server/tool_request.h"
 
 namespace k3::server {
 namespace {
@@ -96,16 +97,27 @@ void ParseChat(const json& body, RequestSpec& r) {
     if (!role || !role->is_string()) throw Bad{"messages[" + std::to_string(i) + "].role is required"};
     std::string name = role->get<std::string>();
     if (name == "developer") name = "system";  // OpenAI's newer name for the system message
-    if (name != "system" && name != "user" && name != "assistant")
-      throw Bad{"messages[" + std::to_string(i) + "].role '" + name + "' is not supported (system, user, assistant)"};
+    if (name != "system" && name != "user" && name != "assistant" && name != "tool")
+      throw Bad{"messages[" + std::to_string(i) + "].role '" + name + "' is not supported (system, user, assistant, tool)"};
     const json* content = Field(m, "content");
     ChatMessage cm{name, content ? Content(*content, i) : std::string(), std::nullopt};
     if (const json* rc = Field(m, "reasoning_content"); rc && name == "assistant") {
       if (!rc->is_string()) throw Bad{"messages[" + std::to_string(i) + "].reasoning_content must be a string"};
       cm.reasoning = rc->get<std::string>();
     }
+    ParseMessageToolFields(m, i, name, cm);
     r.messages.push_back(std::move(cm));
   }
+  CheckToolMessageNames(*msgs, r.messages);
+  ParseToolFields(body, r);
+  // vLLM's prefill: the model continues the last (assistant) message (docs/server.md).
+  if (const json* c = Field(body, "continue_final_message")) r.continue_final = Boolean(*c, "continue_final_message");
+  if (const json* g = Field(body, "add_generation_prompt"); g && Boolean(*g, "add_generation_prompt") == r.continue_final)
+    throw Bad{"'add_generation_prompt' must be the opposite of 'continue_final_message'"};
+  if (r.continue_final && r.messages.back().role != "assistant")
+    throw Bad{"'continue_final_message' needs a last message from the assistant"};
+  if (r.continue_final && r.tools.choice != ipc::tokenizer::ToolChoice::kAuto)
+    throw Bad{"'continue_final_message' cannot go with 'tool_choice' (the template puts it after the last message)"};
   if (const json* e = Field(body, "reasoning_effort")) {
     if (!e->is_string()) throw Bad{"'reasoning_effort' must be a string"};
     const std::string v = e->get<std::string>();
@@ -251,9 +263,15 @@ std::variant<RequestSpec, HttpError> ParseRequest(const std::string& body_text, 
     if (!format.error.empty()) throw Bad{format.error};
     if ((r.json_schema = format.schema)) {
       if (const std::string bad = ConstrainedRequestConflict(body); !bad.empty()) throw Bad{bad};
+      // The constraint is the answer's and a tools channel would bypass it (docs/server.md).
+      if (!r.tools_json.empty() && r.tools.choice != ipc::tokenizer::ToolChoice::kNone)
+        throw Bad{"'response_format' with 'tools' is not supported (or set 'tool_choice': \"none\")"};
       r.thinking = false;  // the constraint is the answer's: a chat answers at once (docs/server.md)
     }
-    if (const json* t = Field(body, "tools"); t && !(t->is_array() && t->empty())) throw Bad{"'tools' is not supported"};
+    if (const json* t = Field(body, "tools"); t && endpoint != Endpoint::kChat && !(t->is_array() && t->empty()))
+      throw Bad{"'tools' is not supported on /v1/completions"};
+  } catch (const ToolFieldError& b) {
+    return Invalid(b.message, "param");
   } catch (const Bad& b) {
     return Invalid(b.message, "param");
   } catch (const json::exception& e) {

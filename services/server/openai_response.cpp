@@ -19,6 +19,18 @@ json Base(const ResponseIds& ids, const char* object) {
   return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model}, {"system_fingerprint", nullptr}};
 }
 
+// One piece of a streamed delta.tool_calls: a call's start, or a fragment of its arguments.
+json ToolCallDeltaJson(const ToolCallDelta& t) {
+  if (t.id.empty()) return {{"index", t.index}, {"function", {{"arguments", t.arguments}}}};
+  return {{"index", t.index}, {"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}};
+}
+
+json ToolCallErrorsJson(const std::vector<CallProblem>& problems) {
+  json out = json::array();
+  for (const CallProblem& p : problems) out.push_back({{"error", p.error}, {"text", p.raw}});
+  return out;
+}
+
 }  // namespace
 
 json ErrorJson(const HttpError& e) {
@@ -63,16 +75,27 @@ json LogprobsJson(Endpoint e, const std::vector<TokenLogprob>& tokens, size_t of
 json FullResponse(const ResponseIds& ids, const Job& j, const std::vector<Delta>& deltas) {
   std::string reasoning, content;
   std::vector<TokenLogprob> lps;
+  json calls = json::array();
   for (const Delta& d : deltas) {
     reasoning += d.reasoning;
     content += d.content;
     lps.insert(lps.end(), d.logprobs.begin(), d.logprobs.end());
+    for (const ToolCallDelta& t : d.tool_calls) {
+      if (!t.id.empty()) calls.push_back(ToolCallDeltaJson(t));  // its start: id, name, arguments ""
+      else calls.back()["function"]["arguments"] = calls.back()["function"]["arguments"].get<std::string>() + t.arguments;
+    }
   }
   const json logprobs = j.spec.logprobs >= 0 ? LogprobsJson(j.spec.endpoint, lps, 0) : json(nullptr);
   json choice;
   if (IsChat(j)) {
     json msg = {{"role", "assistant"}, {"content", content}, {"refusal", nullptr}};
     if (j.spec.thinking) msg["reasoning_content"] = reasoning;
+    if (!calls.empty()) {
+      for (json& c : calls) c.erase("index");
+      msg["tool_calls"] = calls;
+      if (content.empty()) msg["content"] = nullptr;  // as OpenAI answers a reply of calls only
+    }
+    if (!j.tool_call_errors.empty()) msg["tool_call_errors"] = ToolCallErrorsJson(j.tool_call_errors);
     choice = {{"index", 0}, {"message", msg}, {"logprobs", logprobs}, {"finish_reason", j.finish_reason}};
   } else {
     choice = {{"index", 0}, {"text", content}, {"logprobs", logprobs}, {"finish_reason", j.finish_reason}};
@@ -98,7 +121,12 @@ json Chunk(const ResponseIds& ids, const Job& j, const Delta* d, bool first, con
     if (d && !d->reasoning.empty()) delta["reasoning_content"] = d->reasoning;
     if (d && (!d->content.empty() || first)) delta["content"] = d ? d->content : "";
     if (first && !d) delta["content"] = "";
+    if (d && !d->tool_calls.empty()) {
+      delta["tool_calls"] = json::array();
+      for (const ToolCallDelta& t : d->tool_calls) delta["tool_calls"].push_back(ToolCallDeltaJson(t));
+    }
     choice = {{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", fin}};
+    if (!finish.empty() && !j.tool_call_errors.empty()) choice["tool_call_errors"] = ToolCallErrorsJson(j.tool_call_errors);
   } else {
     choice = {{"index", 0}, {"text", d ? d->content : ""}, {"logprobs", logprobs}, {"finish_reason", fin}};
   }

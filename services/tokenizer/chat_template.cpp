@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "history.h"
 #include "utf8.h"
 
 namespace k3::tok {
@@ -12,6 +13,7 @@ const char* RoleName(Role r) {
     case Role::kSystem: return "system";
     case Role::kUser: return "user";
     case Role::kAssistant: return "assistant";
+    case Role::kTool: return "tool";
   }
   return "?";
 }
@@ -52,6 +54,36 @@ void ChatTemplate::Text(std::string_view s, std::vector<uint32_t>* out) const {
   tok_.EncodeOrdinary(s, out);
 }
 
+void ChatTemplate::Append(const Segments& segments, std::vector<uint32_t>* out) const {
+  for (const Segment& s : segments) s.control ? Control(s.text, out) : Text(s.text, out);
+}
+
+namespace {
+
+// Each tool message's (name, index): a run of results is put in the order of the calls they
+// answer (ValidateConversation checked each answers one call of the assistant message before
+// it), numbered from 1, named by its call, as the released encoder does.
+std::vector<size_t> ToolResultOrder(const std::vector<ChatMessage>& messages, size_t run_begin, size_t run_end,
+                                    const ChatMessage& assistant) {
+  std::vector<size_t> order;
+  for (size_t i = run_begin; i < run_end; ++i) order.push_back(i);
+  auto call_of = [&](size_t i) {
+    for (size_t c = 0; c < assistant.tool_calls.size(); ++c)
+      if (assistant.tool_calls[c].id == messages[i].tool_call_id) return c;
+    return assistant.tool_calls.size();
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return call_of(a) < call_of(b); });
+  return order;
+}
+
+const ToolCall& CallAnswered(const ChatMessage& result, const ChatMessage& assistant) {
+  for (const ToolCall& c : assistant.tool_calls)
+    if (c.id == result.tool_call_id) return c;
+  throw BadInput("tool message answers no call of the assistant message before it");
+}
+
+}  // namespace
+
 std::vector<uint32_t> ChatTemplate::Ids(std::string_view control) const {
   return tok_.Encode(control, true);
 }
@@ -60,29 +92,41 @@ std::vector<uint32_t> ChatTemplate::Render(const std::vector<ChatMessage>& messa
                                            const ChatOptions& opt, bool add_generation_prompt) const {
   if (opt.thinking && !IsValidThinkingEffort(opt.thinking_effort))
     throw BadInput("thinking effort must be low, high or max, not \"" + opt.thinking_effort + "\"");
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const ChatMessage& m = messages[i];
-    const bool order_ok = m.role == Role::kSystem ? i == 0
-                          : m.role == Role::kUser
-                              ? (i == 0 || messages[i - 1].role != Role::kUser)
-                              : (i > 0 && messages[i - 1].role == Role::kUser);
-    if (!order_ok)
-      throw BadInput("message " + std::to_string(i + 1) + " (" + RoleName(m.role) +
-                     ") is out of order: system first, then user/assistant alternating");
-    if (m.reasoning_content && m.role != Role::kAssistant)
-      throw BadInput("message " + std::to_string(i + 1) + ": only assistant messages carry reasoning_content");
-  }
-  if (add_generation_prompt && (messages.empty() || messages.back().role != Role::kUser))
-    throw BadInput("a generation prompt needs a transcript that ends with a user message");
+  ValidateConversation(messages, "conversation");
+  if (opt.continue_final && (add_generation_prompt || messages.empty() || messages.back().role != Role::kAssistant ||
+                             opt.tool_choice != ToolChoice::kAuto))
+    throw BadInput("continuing the final message needs a conversation that ends with an assistant message, "
+                   "no generation prompt and no tool choice");
+  if (add_generation_prompt &&
+      (messages.empty() || (messages.back().role != Role::kUser && messages.back().role != Role::kTool)))
+    throw BadInput("a generation prompt needs a transcript that ends with a user or tool message");
 
   std::vector<uint32_t> out;
   const std::string eom = "<|close|>message<|sep|><|end_of_msg|>";
+  if (!opt.tools_json.empty()) Append(ToolDeclaration(opt.tools_json), &out);
   if (opt.thinking) {
     Control("<|open|>message role=\"system\" type=\"thinking-effort\"<|sep|>", &out);
     Text(ThinkingEffortText(opt.thinking_effort), &out);  // one segment: BPE merges across "=max"
     Control(eom, &out);
   }
-  for (const ChatMessage& m : messages) {
+  const ChatMessage* last_assistant = nullptr;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == Role::kTool) {
+      size_t end = i;
+      while (end < messages.size() && messages[end].role == Role::kTool) ++end;
+      const std::vector<size_t> order = ToolResultOrder(messages, i, end, *last_assistant);
+      for (size_t k = 0; k < order.size(); ++k) {
+        const ChatMessage& r = messages[order[k]];
+        Segments seg;
+        Message({{"role", "tool"}, {"tool", CallAnswered(r, *last_assistant).name}, {"index", std::to_string(k + 1)}},
+                r.content, &seg);
+        Append(seg, &out);
+      }
+      i = end - 1;
+      continue;
+    }
+    if (m.role == Role::kAssistant) last_assistant = &m;
     Control(std::string("<|open|>message role=\"") + RoleName(m.role) + "\"<|sep|>", &out);
     if (m.role == Role::kAssistant) {
       if (opt.thinking) {
@@ -92,12 +136,22 @@ std::vector<uint32_t> ChatTemplate::Render(const std::vector<ChatMessage>& messa
       }
       Control("<|open|>response<|sep|>", &out);
       Text(m.content, &out);
+      const bool open_end = opt.continue_final && i + 1 == messages.size();
+      if (open_end && m.tool_calls.empty()) break;  // the model continues the response
       Control("<|close|>response<|sep|>", &out);
+      if (!m.tool_calls.empty()) {
+        Segments calls = ToolsChannel(m.tool_calls);
+        if (open_end) calls.resize(calls.size() - 3);  // without <|close|>tools<|sep|>: the model may call more
+        Append(calls, &out);
+        if (open_end) break;
+      }
     } else {
       Text(m.content, &out);
     }
     Control(eom, &out);
   }
+  if (opt.continue_final) return out;
+  Append(ToolChoiceMessage(opt.tool_choice), &out);
   if (add_generation_prompt) {
     Control("<|open|>message role=\"assistant\"<|sep|>", &out);
     Control(opt.thinking ? "<|open|>think<|sep|>" : "<|open|>response<|sep|>", &out);

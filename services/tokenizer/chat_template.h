@@ -12,6 +12,9 @@
 //              TEXT(effort) <|close|>message<|sep|><|end_of_msg|>
 //   generation prompt: <|open|>message role="assistant"<|sep|><|open|>think<|sep|>
 //              (thinking off: ...<|open|>response<|sep|>)
+//   tools (tool_template.h): the declaration first of all, an assistant's calls after its
+//              response channel, tool results as role="tool" messages, the tool-choice message
+//              before the generation prompt
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "chat_types.h"
+#include "tool_template.h"
 #include "tokenizer.h"
 
 namespace k3::tok {
@@ -26,6 +30,12 @@ namespace k3::tok {
 struct ChatOptions {
   bool thinking = true;
   std::string thinking_effort = "max";  // low | high | max
+  std::string tools_json = {};           // the request's `tools` (a JSON array); empty: none declared
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  // The last message is an assistant message the model continues (a prefill): it is rendered
+  // open, its response channel (or, with tool calls, its tools channel) not closed; then no
+  // generation prompt and no tool-choice message.
+  bool continue_final = false;
 };
 
 // Exact text of the thinking-effort preamble for effort E.
@@ -63,6 +73,7 @@ class ChatTemplate {
 
  private:
   void Control(std::string_view s, std::vector<uint32_t>* out) const;
+  void Append(const Segments& segments, std::vector<uint32_t>* out) const;
   void Text(std::string_view s, std::vector<uint32_t>* out) const;
   std::vector<uint32_t> Ids(std::string_view control) const;
 

@@ -89,7 +89,7 @@ tk::Message TokenizerService::OnDecode(const tk::Decode& m) {
 }
 
 tk::Message TokenizerService::OnRenderChat(const tk::RenderChat& m) {
-  counters_.encoded_bytes += m.history_jsonl.size();
+  counters_.encoded_bytes += m.history_jsonl.size() + m.tools_json.size();
   const std::string effort = m.thinking_effort.empty() ? "max" : m.thinking_effort;
   if (m.thinking && !IsValidThinkingEffort(effort))
     return Fail(m.request_id, tk::Error::kUnsupported, "thinking effort must be low, high or max");
@@ -108,7 +108,10 @@ tk::Message TokenizerService::OnRenderChat(const tk::RenderChat& m) {
     ChatOptions opt;
     opt.thinking = m.thinking;
     opt.thinking_effort = effort;
-    return tk::EncodedIds{m.request_id, ToWire(ChatTemplate(tok_).Render(msgs, opt, /*add_generation_prompt=*/true))};
+    opt.tools_json = m.tools_json;
+    opt.tool_choice = static_cast<ToolChoice>(m.tool_choice);  // the same four values, in the same order
+    opt.continue_final = m.continue_final;
+    return tk::EncodedIds{m.request_id, ToWire(ChatTemplate(tok_).Render(msgs, opt, !m.continue_final))};
   } catch (const Error& e) {
     return Fail(m.request_id, tk::Error::kBadInput, e.what());
   }

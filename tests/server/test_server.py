@@ -38,6 +38,8 @@ PROMPT = "Once upon a time"
 
 sys.path.insert(0, os.path.join(SOURCE, "tests", "pipeline"))
 from proc_util import children_of, free_port, main, require, run_launch, service_pid, shm_names, start_launch  # noqa: E402
+sys.path.insert(0, HERE)
+from tools_cases import ToolCases  # noqa: E402
 
 
 def write_config(d, extra=""):
@@ -137,7 +139,7 @@ def sse_events(base, path, body, headers=None):
     return [l[len("data: "):] for l in text.split("\n\n") if l.startswith("data: ")]
 
 
-class ServerTest(unittest.TestCase):
+class ServerTest(ToolCases, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="k3-server-test-")

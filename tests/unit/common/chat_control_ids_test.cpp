@@ -9,14 +9,15 @@ namespace {
 
 std::map<std::string, std::vector<int32_t>> K3Answers() {
   return {{"<|open|>", {10}}, {"<|close|>", {11}}, {"<|sep|>", {12}}, {"<|end_of_msg|>", {13}},
-          {"[EOS]", {14}},    {"think", {3, 4}},   {"response", {5}}, {"message", {6, 2}}};
+          {"[EOS]", {14}},    {"think", {3, 4}},   {"response", {5}}, {"message", {6, 2}},
+          {"tools", {7, 8}}};
 }
 
-TEST(ChatControlIds, TheQueriesAreTheFiveSpecialTokensThenTheThreeTagNames) {
+TEST(ChatControlIds, TheQueriesAreTheFiveSpecialTokensThenTheFourTagNames) {
   std::vector<std::string> special, plain;
   for (const ControlIdQuery& q : ControlIdQueries()) (q.special ? special : plain).push_back(q.text);
   EXPECT_EQ(special, std::vector<std::string>({"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>", "[EOS]"}));
-  EXPECT_EQ(plain, std::vector<std::string>({"think", "response", "message"}));
+  EXPECT_EQ(plain, std::vector<std::string>({"think", "response", "message", "tools"}));
 }
 
 TEST(ChatControlIds, FromAK3Vocabulary) {
@@ -31,6 +32,7 @@ TEST(ChatControlIds, FromAK3Vocabulary) {
   EXPECT_EQ(c.think, std::vector<int32_t>({3, 4}));
   EXPECT_EQ(c.response, std::vector<int32_t>({5}));
   EXPECT_EQ(c.message, std::vector<int32_t>({6, 2}));
+  EXPECT_EQ(c.tools, std::vector<int32_t>({7, 8}));
 }
 
 TEST(ChatControlIds, ASpecialTokenThatIsNotOneIdOrOutsideTheVocabulary) {

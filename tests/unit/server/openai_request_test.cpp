@@ -4,6 +4,7 @@
 #include "services/server/openai_request.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <string>
 #include <variant>
@@ -112,7 +113,7 @@ TEST(OpenaiRequest, ChatMessageRefusals) {
   Refused(R"({"model": "m", "messages": {"role": "user"}})", Endpoint::kChat, "'messages'");
   Refused(R"({"model": "m", "messages": ["hi"]})", Endpoint::kChat, "messages[0]");
   Refused(R"({"model": "m", "messages": [{"content": "hi"}]})", Endpoint::kChat, "messages[0].role");
-  Refused(R"({"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]})",
+  Refused(R"({"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "function", "content": "b"}]})",
           Endpoint::kChat, "messages[1].role");
   Refused(R"({"model": "m", "messages": [{"role": "user", "content": 5}]})", Endpoint::kChat, "messages[0].content");
   Refused(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
@@ -275,8 +276,9 @@ TEST(OpenaiRequest, StreamAndExtensions) {
 }
 
 TEST(OpenaiRequest, UnsupportedFieldsAre400) {
-  // docs/server.md: n other than 1, echo, suffix, best_of > 1, logit_bias, tools and a
-  // response_format type other than text, json_object and json_schema are 400.
+  // docs/server.md: n other than 1, echo, suffix, best_of > 1, logit_bias, tools on
+  // /v1/completions, a response_format type other than text, json_object and json_schema, and
+  // response_format with tools are 400.
   EXPECT_EQ(Completion(R"("prompt": "x", "n": 1, "best_of": 1, "echo": false, "suffix": "", "logit_bias": {},
       "response_format": {"type": "text"}, "tools": [])").prompt_text, "x");
   CompletionRefused(R"("n": 2)", "'n'");
@@ -287,7 +289,9 @@ TEST(OpenaiRequest, UnsupportedFieldsAre400) {
   CompletionRefused(R"("logit_bias": {"50256": -100})", "'logit_bias'");
   ChatRefused(R"("logit_bias": {"1": 5})", "'logit_bias'");
   ChatRefused(R"("response_format": {"type": "xml"})", "'response_format.type' must be text, json_object or json_schema");
-  ChatRefused(R"("tools": [{"type": "function", "function": {"name": "f"}}])", "'tools'");
+  CompletionRefused(R"("tools": [{"type": "function", "function": {"name": "f"}}])", "'tools'");
+  ChatRefused(R"("response_format": {"type": "json_object"}, "tools": [{"type": "function", "function": {"name": "f"}}])",
+              "'response_format' with 'tools'");
 }
 
 TEST(OpenaiRequest, UnknownFieldsAreIgnored) {
@@ -296,5 +300,86 @@ TEST(OpenaiRequest, UnknownFieldsAreIgnored) {
   EXPECT_EQ(Chat(R"("user": "u-1", "store": false, "parallel_tool_calls": true)").messages.size(), 1u);
 }
 
+}  // namespace
+}  // namespace k3::server
+
+// Tool calling (docs/server.md "Tool calls"; OpenAI's chat completions reference for the shapes).
+namespace k3::server {
+namespace {
+const char* kTool = R"({"type": "function", "function": {"name": "get_weather", "description": "d",
+                        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}, "strict": false}})";
+
+TEST(OpenaiRequestTools, ToolsChoiceAndParallel) {
+  RequestSpec r = Chat(std::string(R"("tools": [)") + kTool + R"(], "tool_choice": "required", "parallel_tool_calls": false)");
+  EXPECT_EQ(r.tools.declared, std::vector<std::string>{"get_weather"});
+  EXPECT_EQ(r.tools.choice, ipc::tokenizer::ToolChoice::kRequired);
+  EXPECT_FALSE(r.tools.parallel);
+  EXPECT_EQ(nlohmann::json::parse(r.tools_json), nlohmann::json::parse(std::string("[") + kTool + "]"));
+  r = Chat(std::string(R"("tools": [)") + kTool + R"(], "tool_choice": {"type": "function", "function": {"name": "get_weather"}})");
+  EXPECT_EQ(r.tools.choice, ipc::tokenizer::ToolChoice::kNamed);
+  EXPECT_EQ(r.tools.named, "get_weather");
+  EXPECT_TRUE(r.tools.parallel);
+  EXPECT_EQ(Chat(std::string(R"("tools": [)") + kTool + R"(], "tool_choice": "none")").tools.choice, ipc::tokenizer::ToolChoice::kNone);
+  r = Chat(R"("tools": [], "tool_choice": "auto")");
+  EXPECT_TRUE(r.tools_json.empty());
+  EXPECT_TRUE(r.tools.declared.empty());
+}
+
+TEST(OpenaiRequestTools, BadToolFieldsAre400NamingTheField) {
+  const std::string t = std::string(R"("tools": [)") + kTool + "]";
+  ChatRefused(R"("tools": {})", "'tools' must be an array");
+  ChatRefused(R"("tools": [{"type": "code", "function": {"name": "f"}}])", "tools[0].type");
+  ChatRefused(R"("tools": [{"type": "function", "function": {"name": "has space"}}])", "tools[0].function.name");
+  ChatRefused(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}])", "parameters");
+  ChatRefused(R"("tools": [{"type": "function", "function": {"name": "f", "strict": true}}])", "strict");
+  ChatRefused(R"("tools": [{"type": "function", "function": {"name": "f", "examples": []}}])", "unknown field 'examples'");
+  ChatRefused(R"("tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}])",
+              "twice");
+  ChatRefused(t + R"(, "tool_choice": "any")", "'tool_choice' must be");
+  ChatRefused(t + R"(, "tool_choice": {"type": "function", "function": {"name": "other"}})", "does not declare");
+  ChatRefused(R"("tool_choice": "required")", "declares none");
+  ChatRefused(t + R"(, "parallel_tool_calls": "yes")", "parallel_tool_calls");
+  CompletionRefused(t, "'tools' is not supported");
+}
+
+RequestSpec Conversation(const std::string& messages) {
+  return Ok(R"({"model": "m", "messages": )" + messages + "}", Endpoint::kChat);
+}
+
+TEST(OpenaiRequestTools, AssistantCallsAndToolResults) {
+  const RequestSpec r = Conversation(R"([{"role": "user", "content": "w?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": [{"type": "text", "text": "sunny"}]}])");
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[1].content, "");
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].id, "c1");
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, "{\"city\": \"Rome\"}");
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].tool_call_id, std::optional<std::string>("c1"));
+  EXPECT_EQ(r.messages[2].content, "sunny");
+  // The history line the tokenizer renders from.
+  EXPECT_EQ(nlohmann::json::parse(HistoryJsonl({r.messages[1]})),
+            nlohmann::json::parse(R"({"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                                     "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\"}"}}]})"));
+}
+
+TEST(OpenaiRequestTools, BadMessageToolFields) {
+  auto refused = [](const std::string& msgs, const std::string& says) {
+    Refused(R"({"model": "m", "messages": )" + msgs + "}", Endpoint::kChat, says);
+  };
+  const std::string u = R"({"role": "user", "content": "q"})";
+  const std::string a = R"({"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})";
+  refused("[" + u + R"(, {"role": "tool", "content": "r"}])", "tool_call_id is required");
+  refused(R"([{"role": "user", "content": "q", "tool_calls": []}])", "only assistant messages");
+  refused(R"([{"role": "user", "content": "q", "tool_call_id": "x"}])", "only tool messages");
+  refused("[" + u + R"(, {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f"}}]}])", ".id");
+  refused("[" + u + R"(, {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {}}}]}])",
+          "arguments must be a string");
+  refused("[" + u + "," + a + R"(, {"role": "tool", "tool_call_id": "c1", "name": "g", "content": "r"}])", "'g' but the call 'c1'");
+  refused(R"([{"role": "function", "content": "x"}])", "not supported");
+}
 }  // namespace
 }  // namespace k3::server

@@ -251,5 +251,47 @@ TEST(OpenaiResponse, IncludeUsage) {
   EXPECT_EQ(UsageChunk(Ids("cmpl-10"), *cj)["object"], "text_completion");
 }
 
+// Tool calls (docs/server.md "Tool calls"): the OpenAI shapes of message.tool_calls and of the
+// streamed delta.tool_calls; what was not accepted in tool_call_errors.
+TEST(OpenaiResponse, ToolCallsJoinIntoTheMessage) {
+  auto j = MakeJob(Endpoint::kChat);
+  j->finish_reason = "tool_calls";
+  Delta reasoning{"why", "", {}, {}};
+  Delta s0{"", "", {}, {{0, "call_x_0", "get_weather", ""}}};
+  Delta f0{"", "", {}, {{0, "", "", "{\"city\":\"Rome\""}}};
+  Delta f1{"", "", {}, {{0, "", "", "}"}}};
+  Delta s1{"", "", {}, {{1, "call_x_1", "search", ""}}};
+  Delta f2{"", "", {}, {{1, "", "", "{}"}}};
+  const json r = FullResponse(Ids("chatcmpl-t"), *j, {reasoning, s0, f0, f1, s1, f2});
+  const json& m = r["choices"][0]["message"];
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["tool_calls"], json::parse(R"([
+      {"id": "call_x_0", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"}},
+      {"id": "call_x_1", "type": "function", "function": {"name": "search", "arguments": "{}"}}])"));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_FALSE(m.contains("tool_call_errors"));
+  // A refused call: its text is in the content, the reason in tool_call_errors.
+  j->tool_call_errors = {{"the tool \"rm\" was not declared", "<|open|>call tool=\"rm\" index=\"1\"<|sep|><|close|>call<|sep|>"}};
+  const json bad = FullResponse(Ids("chatcmpl-u"), *j, {{"", "<|open|>call ...", {}, {}}});
+  EXPECT_EQ(bad["choices"][0]["message"]["content"], "<|open|>call ...");
+  EXPECT_EQ(bad["choices"][0]["message"]["tool_call_errors"],
+            json::parse(R"([{"error": "the tool \"rm\" was not declared",
+                             "text": "<|open|>call tool=\"rm\" index=\"1\"<|sep|><|close|>call<|sep|>"}])"));
+}
+
+TEST(OpenaiResponse, StreamedToolCallDeltas) {
+  auto j = MakeJob(Endpoint::kChat);
+  Delta start{"", "", {}, {{0, "call_x_0", "get_weather", ""}}};
+  Delta frag{"", "", {}, {{0, "", "", "{\"city\""}}};
+  EXPECT_EQ(Chunk(Ids("c"), *j, &start, false, "", 0)["choices"][0]["delta"],
+            json::parse(R"({"tool_calls": [{"index": 0, "id": "call_x_0", "type": "function",
+                                            "function": {"name": "get_weather", "arguments": ""}}]})"));
+  EXPECT_EQ(Chunk(Ids("c"), *j, &frag, false, "", 0)["choices"][0]["delta"],
+            json::parse(R"({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\""}}]})"));
+  j->tool_call_errors = {{"e", "t"}};
+  const json last = Chunk(Ids("c"), *j, nullptr, false, "stop", 0);
+  EXPECT_EQ(last["choices"][0]["tool_call_errors"], json::parse(R"([{"error": "e", "text": "t"}])"));
+}
+
 }  // namespace
 }  // namespace k3::server

@@ -60,6 +60,45 @@ TEST_F(HistoryTest, RoundTrip) {
   EXPECT_EQ(raw.substr(0, raw.find('\n')), "{\"role\":\"system\",\"content\":\"Be \\\"exact\\\" \\\\ careful\"}");
 }
 
+// Tool calls and results (docs/tokenizer.md "History"): OpenAI's shape, round trip and refusals.
+TEST_F(HistoryTest, ToolCallsAndResults) {
+  const std::vector<ChatMessage> h = {
+      {Role::kUser, "weather?", std::nullopt},
+      {Role::kAssistant, "", std::string("look it up"), {{"c1", "get_weather", "{\"city\": \"Rome\"}"}, {"c2", "f", ""}}},
+      {Role::kTool, "sunny", std::nullopt, {}, std::string("c2")},
+      {Role::kTool, "{\"t\": 24}", std::nullopt, {}, std::string("c1")},
+      {Role::kAssistant, "Sunny.", std::nullopt},
+  };
+  WriteHistory(path_, h);
+  EXPECT_EQ(ReadHistory(path_), h);
+  const std::string raw = ReadRaw();
+  EXPECT_NE(raw.find("\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                     "\"arguments\":\"{\\\"city\\\": \\\"Rome\\\"}\"}}"),
+            std::string::npos)
+      << raw;
+  EXPECT_NE(raw.find("{\"role\":\"tool\",\"content\":\"sunny\",\"tool_call_id\":\"c2\"}"), std::string::npos) << raw;
+  const std::string u = "{\"role\":\"user\",\"content\":\"q\"}\n";
+  const std::string a = "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"function\":{\"name\":\"f\"}}]}\n";
+  auto reject = [&](const std::string& text, const std::string& says) {
+    WriteRaw(text);
+    try {
+      ReadHistory(path_);
+      ADD_FAILURE() << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  reject(u + "{\"role\":\"tool\",\"content\":\"r\",\"tool_call_id\":\"c1\"}\n", ":2: tool message must follow");
+  reject(u + a + "{\"role\":\"tool\",\"content\":\"r\"}\n", "needs \"tool_call_id\"");
+  reject(u + a + "{\"role\":\"tool\",\"content\":\"r\",\"tool_call_id\":\"c9\"}\n", "names no call");
+  reject(u + a + "{\"role\":\"tool\",\"content\":\"r\",\"tool_call_id\":\"c1\"}\n{\"role\":\"tool\",\"content\":\"r\",\"tool_call_id\":\"c1\"}\n",
+         "a second tool message");
+  reject("{\"role\":\"user\",\"content\":\"q\",\"tool_calls\":[]}\n", "tool_calls on a non-assistant");
+  reject(u + "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c\",\"function\":{\"name\":\"f\",\"x\":1}}]}\n",
+         "unknown key \"x\"");
+  reject(u + "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c\",\"function\":{}}]}\n", "needs function.name");
+}
+
 TEST_F(HistoryTest, AtomicRewriteLeavesNoTempFiles) {
   WriteHistory(path_, {kTricky[0]});
   WriteHistory(path_, kTricky);
@@ -120,9 +159,9 @@ TEST_F(HistoryTest, Rejections) {
   ExpectReject("{\"role\":\"user\",\"content\":\"a\"\n", ":1: invalid JSON: ");
   ExpectReject("{\"role\":\"user\",\"content\":\"a\\q\"}\n", "forbidden character after backslash");
   ExpectReject(u + "{\"role\":\"system\",\"content\":\"s\"}\n", ":2: system message only allowed first");
-  ExpectReject(a, ":1: assistant message must follow a user message");
-  ExpectReject(u + u, ":2: user message must follow an assistant message");
-  ExpectReject(u + a + a, ":3: assistant message must follow a user message");
+  ExpectReject(a, ":1: assistant message must follow a user or tool message");
+  ExpectReject(u + u, ":2: user message must follow an assistant or tool message");
+  ExpectReject(u + a + a, ":3: assistant message must follow a user or tool message");
   ExpectReject("{\"role\":\"user\",\"content\":\"" + std::string(kMaxHistoryLine, 'x') + "\"}\n", "16 MiB");
 }
 
