@@ -127,9 +127,6 @@ TEST(PrefixCache, HoldsACopyOfTheState) {
   EXPECT_EQ(got->state.mla[1].c[0], 1);
 }
 
-}  // namespace
-}  // namespace k3::compute
-
 // Generate.cache_partition (a server request's cache_salt): a snapshot is found only by
 // sequences of its own partition, so one client cannot tell from cached_tokens (or the time to
 // its first token) whether another partition's prompts began like its own.
@@ -149,3 +146,6 @@ TEST(PrefixCache, SnapshotsAreFoundOnlyInTheirOwnPartition) {
   ASSERT_NE(shared, nullptr);
   EXPECT_EQ(shared->partition, 0u);
 }
+
+}  // namespace
+}  // namespace k3::compute
