@@ -7,6 +7,7 @@
 
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "services/server/openai_request.h"
 
@@ -29,7 +30,7 @@ TEST(CachePartition, TheRequestFieldIsANonEmptyBoundedString) {
   const auto ok = parse(R"("tenant-7")");
   ASSERT_TRUE(std::holds_alternative<RequestSpec>(ok));
   EXPECT_EQ(std::get<RequestSpec>(ok).cache_salt, "tenant-7");
-  for (const std::string bad : {R"("")", "7", "[\"a\"]", "\"" + std::string(257, 'x') + "\""}) {
+  for (const std::string& bad : std::vector<std::string>{R"("")", "7", "[\"a\"]", "\"" + std::string(257, 'x') + "\""}) {
     const auto r = parse(bad);
     ASSERT_TRUE(std::holds_alternative<HttpError>(r)) << bad;
     EXPECT_EQ(std::get<HttpError>(r).status, 400);
