@@ -41,8 +41,11 @@ void Engine::CheckTokenizerDeadlines() {
     Fail(job, MakeHttpError(504, std::string("the tokenizer did not answer within ") + secs + " s", "server_error", "timeout"),
          Outcome::kFailed);
   }
-  if (stalled != tokenizer_stalled_) {
-    tokenizer_stalled_ = stalled;
+  // Set here, cleared only by a reply (HandleTokenizer): once the late prompt is failed and
+  // forgotten nothing may be pending, and the stopped tokenizer must not look healthy until the
+  // next probe is late in its turn.
+  if (stalled && !tokenizer_stalled_) {
+    tokenizer_stalled_ = true;
     UpdateHealth();
   }
   if (tok_pending_.empty() && control_ids_known_ && now - last_probe_ > std::chrono::seconds(1)) {
