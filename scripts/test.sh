@@ -39,6 +39,6 @@ if ((asan)); then
   # code as the Release pass above, and most of the CI budget). The label is set where each
   # test is registered (tests/CMakeLists.txt and its subfolders); gate_testdata is unlabelled:
   # it is the fixture that writes the test checkpoints.
-  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j 2 --timeout 1500 -LE heavy)
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$PWD/../tests/lsan.supp ctest --output-on-failure -j 2 --timeout 1500 -LE heavy)
 fi
 echo "k3: all tests passed"

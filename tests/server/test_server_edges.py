@@ -149,8 +149,10 @@ class EdgesTest(unittest.TestCase):
         self.assertEqual(status_of(reply), 413, reply[:300])
         self.assertIn(b"payload_too_large", reply)
         self.assertLess(sent, 40 * MiB)  # refused before the rest was read
-        # The body held is at most the limit (20 MiB), not 64 MiB and its parse.
-        self.assertLess(grew, 48)
+        # The body held is at most the limit (20 MiB), not 64 MiB and its parse. Under the
+        # sanitizers ASan's quarantine of freed blocks is not the server's: not checked there.
+        if os.environ.get("K3_SANITIZED") != "1":
+            self.assertLess(grew, 48)
         # A declared length over the limit: refused at once, nothing of the body read (httplib
         # would read all of it to skip it, however slowly it came).
         t0 = time.time()
