@@ -163,7 +163,8 @@ class EdgesTest(unittest.TestCase):
         # A POST to another path is not read either.
         reply, sent = raw_exchange(self.srv.port, head.replace(b"/v1/completions", b"/v1/elsewhere"), chunked(64 * MiB))
         self.assertEqual(status_of(reply), 404, reply[:300])
-        self.assertLess((hwm_kib(pid) - before) / 1024, 48)
+        if os.environ.get("K3_SANITIZED") != "1":
+            self.assertLess((hwm_kib(pid) - before) / 1024, 48)
         self.assert_serving()
 
     def test_prompt_over_the_tokenizer_limit_is_413_and_frees_its_place(self):
