@@ -214,19 +214,17 @@ class ExpertServer {
     Answer(id, rid, layer, expert, err, why);
   }
 
+  // What one client holds: experts in flight (--client-inflight) and buffer bytes (its share).
+  struct ClientLoad {
+    std::shared_ptr<std::atomic<int>> inflight = std::make_shared<std::atomic<int>>(0);
+    std::shared_ptr<std::atomic<uint64_t>> held = std::make_shared<std::atomic<uint64_t>>(0);
+    bool idle() const { return inflight->load() == 0 && held->load() == 0; }
+  };
   // The client a request counts against: its CURVE key, or its connection without CURVE.
-  std::shared_ptr<std::atomic<int>> ClientCount(const std::string& client) {
+  ClientLoad& LoadOf(const std::string& client) {
     if (clients_.size() > 4096)  // insecure mode: connections come and go
-      std::erase_if(clients_, [](const auto& kv) { return kv.second->load() == 0; });
-    auto& c = clients_[client];
-    if (!c) c = std::make_shared<std::atomic<int>>(0);
-    return c;
-  }
-  std::shared_ptr<std::atomic<uint64_t>> ClientBytes(const std::string& client) {
-    if (held_.size() > 4096) std::erase_if(held_, [](const auto& kv) { return kv.second->load() == 0; });
-    auto& b = held_[client];
-    if (!b) b = std::make_shared<std::atomic<uint64_t>>(0);
-    return b;
+      std::erase_if(clients_, [](const auto& kv) { return kv.second.idle(); });
+    return clients_[client];
   }
 
   // The connection a message came on, recorded when first seen.
@@ -247,8 +245,8 @@ class ExpertServer {
     std::set<std::string> busy;
     for (const auto& [client, q] : waiting_)
       if (!q.empty()) busy.insert(client);
-    for (const auto& [client, bytes] : held_)
-      if (bytes->load() > 0) busy.insert(client);
+    for (const auto& [client, load] : clients_)
+      if (load.held->load() > 0) busy.insert(client);
     return busy.size();
   }
 
@@ -273,7 +271,7 @@ class ExpertServer {
                       " (--reply-timeout)");
       return;
     }
-    std::shared_ptr<std::atomic<int>> count = ClientCount(client);
+    std::shared_ptr<std::atomic<int>> count = LoadOf(client).inflight;
     for (int32_t e : m.experts) {
       if (!cfg_.has_routed_expert(m.layer, e)) {
         Fail(id, m.request_id, m.layer, e, x::Error::kOutOfRange,
@@ -320,7 +318,7 @@ class ExpertServer {
         std::deque<Pending>& q = waiting_[client];
         if (q.empty()) continue;
         Pending& p = q.front();
-        std::shared_ptr<std::atomic<uint64_t>> held = ClientBytes(client);
+        std::shared_ptr<std::atomic<uint64_t>> held = LoadOf(client).held;
         if (!MayStartRead(held->load(), p.run.wlength(), share)) continue;
         p.buf = pool_.Get(p.run.wlength());
         if (!p.buf) {  // buffers come back as ZeroMQ sends them
@@ -447,8 +445,7 @@ class ExpertServer {
   std::map<std::string, std::deque<Pending>> waiting_;  // accepted, waiting for a buffer, per client
   std::string last_served_;                              // the client whose read started last
   std::set<ActiveKey> active_;           // accepted and not answered yet
-  std::map<std::string, std::shared_ptr<std::atomic<int>>> clients_;  // in-flight count per client
-  std::map<std::string, std::shared_ptr<std::atomic<uint64_t>>> held_;  // buffer bytes per client
+  std::map<std::string, ClientLoad> clients_;  // in-flight experts and buffer bytes per client
   std::map<std::string, Connection> conns_;                            // by ROUTER identity
   uint64_t widest_ = 0;  // the widest expert read, aligned as the pool allocates it
   Clock::time_point next_overdue_check_;

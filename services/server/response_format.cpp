@@ -1,7 +1,6 @@
 #include "services/server/response_format.h"
 
 #include "common/json_constraint/schema.h"
-#include "common/json_strict.h"
 
 namespace k3::server {
 namespace {
@@ -54,13 +53,9 @@ OutputFormat ParseOutputFormat(const nlohmann::json& body, const std::string& bo
   const bool rf = body.contains("response_format") && !body["response_format"].is_null();
   const bool guided = body.contains("guided_json") && !body["guided_json"].is_null();
   if (!rf && !guided) return {};
-  // A key given twice would leave it to the parser which schema counts: refused.
-  try {
-    ParseJsonStrict(body_text, "a request with 'response_format' or 'guided_json'", kExitBadInput);
-  } catch (const k3::Error& e) {
-    return {std::nullopt, e.what()};
-  }
-  const ordered doc = ordered::parse(body_text);  // parsed before, so it parses; now in document order
+  // ParseRequest parsed the body strictly (a key given twice is 400 there), so it parses; read
+  // again in document order for the properties' order.
+  const ordered doc = ordered::parse(body_text);
   OutputFormat out;
   if (rf) out = FromResponseFormat(doc["response_format"]);
   if (!out.error.empty() || !guided) return out;

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -22,6 +21,7 @@
 #include "common/error.h"
 #include "common/median.h"
 #include "common/run_main.h"
+#include "tests/unit/codec/codec_test_util.h"  // the tests' Gaussian bf16, one generator for both
 
 namespace {
 
@@ -50,22 +50,6 @@ Times TimeMedian(int reps, const std::function<void()>& fn) {
   return {k3::Median(wall), k3::Median(cpu)};
 }
 
-// N(0, sigma) as bf16 bytes (round to nearest even), generated in parallel-free blocks.
-std::vector<uint8_t> Gaussian(size_t values, double sigma, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, static_cast<float>(sigma));
-  std::vector<uint8_t> b(2 * values);
-  for (size_t i = 0; i < values; ++i) {
-    const float f = d(rng);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    b[2 * i] = static_cast<uint8_t>(u >> 16);
-    b[2 * i + 1] = static_cast<uint8_t>(u >> 24);
-  }
-  return b;
-}
-
 int Run(int argc, char** argv) {
   CLI::App app{"k3-bench-codec: coded-trunk decode GB/s per core, scalar vs AVX2, against memcpy"};
   int reps = 7;
@@ -80,7 +64,7 @@ int Run(int argc, char** argv) {
   std::printf("%-8s %-8s %8s %9s %9s %11s %11s %10s\n", "sigma", "body", "ratio", "wall_ms", "cpu_ms", "GB/s_wall",
               "GB/s_core", "vs_memcpy");
   for (double sigma : sigmas) {
-    const std::vector<uint8_t> src = Gaussian(values, sigma, 42);
+    const std::vector<uint8_t> src = k3::codec::test::GaussianBf16(values, sigma, 42);
     const std::vector<uint8_t> coded = k3::codec::EncodeRun(src.data(), src.size(), {{0, src.size()}});
     std::vector<uint8_t> out(src.size());
     const double ratio = static_cast<double>(coded.size()) / static_cast<double>(src.size());
