@@ -210,17 +210,17 @@ class ChatTmux(unittest.TestCase):
         t = self.term("c", [cfg, "--chat", "--no-think", "--out", out])
         t.wait_prompt(1)
         t.type("Hello!")
-        before = None
 
-        def streaming(s):
-            body = s.split("> Hello!", 1)[-1].strip()
-            return len(body) > 20
-        before = t.wait(streaming, "the reply streaming")
+        def streaming(typed):
+            # The typed line must be on screen first: a Ctrl-C sent before the launcher has read
+            # it would end the session at the prompt (what a loaded machine once showed).
+            return lambda s: ("> " + typed) in s and len(s.split("> " + typed, 1)[1].strip()) > 20
+        before = t.wait(streaming("Hello!"), "the reply streaming")
         t.keys("C-c")
         t.wait_prompt(2, timeout=30)
         # The next turn continues the stopped reply: it is closed on the kept state, not sent again.
         t.type("Again.")
-        t.wait(lambda s: len(s.split("> Again.", 1)[-1].strip()) > 20, "the second reply streaming")
+        t.wait(streaming("Again."), "the second reply streaming")
         t.keys("C-c")
         t.wait_prompt(3, timeout=30)
         time.sleep(1.0)
