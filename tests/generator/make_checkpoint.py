@@ -222,11 +222,16 @@ class RealInit(TinyInit):
         n = int(np.prod(shape))
         if kind == "expert":
             rows, cols = shape
-            r = self.rng(name)
-            packed = r.integers(0, 256, (rows, cols // 2), dtype=np.uint8)
-            scales = r.integers(120, 123, (rows, cols // 32), dtype=np.uint8)  # the real range 2^-7..2^-5
-            return [st_writer.Tensor(name + ".weight_packed", "U8", packed.shape, packed),
-                    st_writer.Tensor(name + ".weight_scale", "U8", scales.shape, scales)]
+            # Drawn when written, not held: a layer of 896 real experts is 15.7 GB.
+            def packed():
+                yield self.rng(name).integers(0, 256, (rows, cols // 2), dtype=np.uint8)
+
+            def scales():
+                r = self.rng(name)
+                r.integers(0, 256, (rows, cols // 2), dtype=np.uint8)  # the same stream as before: packed first
+                yield r.integers(120, 123, (rows, cols // 32), dtype=np.uint8)  # the real range 2^-7..2^-5
+            return [st_writer.Tensor(name + ".weight_packed", "U8", (rows, cols // 2), packed),
+                    st_writer.Tensor(name + ".weight_scale", "U8", (rows, cols // 32), scales)]
         if kind in ("mat", "embed"):
             std = 1.0 if kind == "embed" else init[1] / np.sqrt(shape[-1])
             return [st_writer.Tensor(name, "BF16", shape, self.bf16_chunks(name, n, std))]
