@@ -140,9 +140,12 @@ void Scheduler::OfferCache(Request& r, GreedyHooks& hooks, std::function<const S
 // next turn of a chat sends it back with its new message. Not after a stop (half-updated, or the
 // process ends).
 void Scheduler::OfferEnd(const Request& r, const std::vector<int32_t>& ids, const SequenceState& state, bool torn) {
-  if (!OffersEnd(r.g, prefix_cache_.capacity(), torn, interrupted_)) return;
   if (ids.size() < static_cast<size_t>(state.position)) return;
-  OfferToCache(std::span<const int32_t>(ids.data(), static_cast<size_t>(state.position)), r.g.cache_partition, state);
+  const std::span<const int32_t> consumed(ids.data(), static_cast<size_t>(state.position));
+  // The store keeps a turn's end for the next process too (the next turn sends this sequence back).
+  if (StoresEnd(r.g, store_ && store_->on(), torn, interrupted_) && store_->Wants(consumed)) store_->Put(consumed, state);
+  if (!OffersEnd(r.g, prefix_cache_.capacity(), torn, interrupted_)) return;
+  OfferToCache(consumed, r.g.cache_partition, state);
 }
 
 void Scheduler::OfferToCache(std::span<const int32_t> consumed, uint64_t partition, const SequenceState& state) {

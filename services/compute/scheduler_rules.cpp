@@ -67,6 +67,10 @@ bool OffersEnd(const cp::Generate& g, int64_t capacity, bool torn, bool interrup
   return capacity > 0 && !g.keep_state && !g.full_recompute && !torn && !interrupted;
 }
 
+bool StoresEnd(const cp::Generate& g, bool store_on, bool torn, bool interrupted) {
+  return OffersStore(g, store_on) && !torn && !interrupted;
+}
+
 cp::StopReason WireReason(Ending e) {
   switch (e) {
     case Ending::kStopId: return cp::StopReason::kStopId;

@@ -57,6 +57,9 @@ bool OffersStore(const ipc::compute::Generate& g, bool store_on);
 bool OffersPrompt(const ipc::compute::Generate& g, int64_t capacity, size_t feed);
 // And the sequence at its end, unless a stop tore it or ended the process.
 bool OffersEnd(const ipc::compute::Generate& g, int64_t capacity, bool torn, bool interrupted);
+// The store is offered the sequence at its end too (a chat turn's end, keep_state included, or a
+// served reply's), on the same terms as its prompt, unless a stop tore it or ended the process.
+bool StoresEnd(const ipc::compute::Generate& g, bool store_on, bool torn, bool interrupted);
 
 ipc::compute::StopReason WireReason(Ending e);
 

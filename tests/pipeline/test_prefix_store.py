@@ -2,7 +2,8 @@
 
 A second run whose prompt starts with the first run's prompt reports the stored prefix as
 cached_tokens (exactly the first prompt minus its last id) and gets the generated ids and
-first-token logits of a run without the store. An entry replaced by another model's snapshot
+first-token logits of a run without the store; a prompt that sends a run's reply back starts
+after that reply (the store keeps each sequence's end). An entry replaced by another model's snapshot
 of the same ids, or a truncated one, is skipped with one warning line and not used. A store
 path that cannot be a directory is one warning, and the run goes on.
 Environment: K3_TESTDATA (fixture dir), K3_BIN (directory with the binaries).
@@ -76,6 +77,22 @@ class PrefixStoreTest(unittest.TestCase):
         self.assertIn("prompt ids from a prefix snapshot", second["stderr"])
         # The check can fail: without the store the same prompt reports nothing reused.
         self.assertEqual(self.ref["report"]["cached_tokens"], 0)
+
+    def test_a_run_continues_from_the_end_of_the_last(self):
+        # The store keeps a sequence's end (all but the last generated id, never fed): a next
+        # prompt that sends the reply back (a chat's next turn) starts after it, the same ids and
+        # logits as prefilling it from nothing.
+        d, flags = self.store("s4")
+        first = self.launch("tiny", P, flags, "s4-first")
+        gen = first["report"]["generated_ids"]
+        self.assertGreater(len(gen), 1)
+        ids = P + gen + Q
+        fresh = self.launch("tiny", ids, [], "s4-fresh")
+        cont = self.launch("tiny", ids, flags, "s4-cont")
+        self.assertEqual(fresh["report"]["cached_tokens"], 0)
+        self.assertEqual(cont["report"]["cached_tokens"], len(P) + len(gen) - 1)
+        self.assertEqual(cont["report"]["generated_ids"], fresh["report"]["generated_ids"])
+        self.assertEqual(cont["logits"], fresh["logits"], "first-token logits differ")
 
     def test_foreign_and_truncated_entries_are_skipped_with_a_warning(self):
         d, flags = self.store("s2")

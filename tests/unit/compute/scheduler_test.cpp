@@ -131,7 +131,22 @@ TEST(SchedulerRules, PrefixStoreServesTheSharedPartitionOnly) {
   g.cache_partition = 0x9e3779b97f4a7c15ull;
   EXPECT_FALSE(StartsFromStore(g, true));
   EXPECT_FALSE(OffersStore(g, true));
+  EXPECT_FALSE(StoresEnd(g, true, false, false));
   EXPECT_TRUE(StartsFromCache(g, 1 << 20));  // the in-memory cache keeps partitions apart itself
+}
+
+// A sequence's end goes to the store as its prompt does, a chat turn's (keep_state) included,
+// but never a torn or stopped one, nor a full recompute's.
+TEST(SchedulerRules, PrefixStoreKeepsTheEndOfATurn) {
+  cp::Generate g = Gen(1, {1, 2, 3}, 2);
+  EXPECT_TRUE(StoresEnd(g, true, false, false));
+  EXPECT_FALSE(StoresEnd(g, false, false, false));  // no store
+  EXPECT_FALSE(StoresEnd(g, true, true, false));    // torn
+  EXPECT_FALSE(StoresEnd(g, true, false, true));    // the process stops
+  g.keep_state = true;                              // a chat turn: its end is what the next turn continues
+  EXPECT_TRUE(StoresEnd(g, true, false, false));
+  g.full_recompute = true;
+  EXPECT_FALSE(StoresEnd(g, true, false, false));
 }
 
 // ---------------------------------------------------------------- the core on the tiny model
