@@ -36,7 +36,8 @@ int Main(int argc, char** argv) {
   if (!opt.connect.empty()) return launch::RunConnected(opt);
   const int64_t budget = plan::ParseBudget(opt.budget);
 
-  const launch::ModelLayout m = launch::LoadModelLayout(opt.model, opt.dry_run);
+  launch::ModelLayout m = launch::LoadModelLayout(opt.model, opt.dry_run);
+  if (!opt.coded_trunk.empty()) launch::UseCodedTrunk(m, opt.model, opt.coded_trunk);
   plan::PlanOptions po;
   po.context = opt.context;
   po.prefill_chunk = opt.prefill_chunk;  // a cap: the plan chooses the chunk
