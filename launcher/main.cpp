@@ -124,6 +124,7 @@ int Main(int argc, char** argv) {
   if (opt.disk_rate == "probe") {
     const launch::DiskProbe d = launch::ProbeDiskRate(opt.model);
     q.disk_rate = d.bytes_per_second;
+    m.disk_raw_rate = d.bytes_per_second;  // the run's report sets the read rate beside it
     q.rate_source = "probed: " + k3::FormatBytes(d.bytes) + " O_DIRECT from " + std::to_string(d.files) + " shards";
   } else if (!opt.disk_rate.empty()) {
     q.disk_rate = plan::ParseDiskRate(opt.disk_rate);

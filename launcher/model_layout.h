@@ -20,6 +20,7 @@ struct ModelLayout {
   std::vector<ByteRange> trunk;      // per layer (from headers)
   ByteRange globals;                 // pseudo-layer num_layers (docs/pipeline.md)
   int64_t num_tensors = 0;
+  double disk_raw_rate = 0;          // --disk-rate probe: O_DIRECT bytes/s of these shards (0: none ran)
 };
 
 // Throws BadModel / UsageError. `allow_index_only`: fall back to the index when shards are absent.

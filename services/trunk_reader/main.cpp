@@ -133,6 +133,7 @@ class TrunkReader {
     const double secs = read_seconds_;
     return {{"bytes_read", static_cast<double>(bytes_read_)},
             {"read_mb_s", MBps(bytes_read_, secs)},
+            {"read_seconds", secs},
             {"layers_streamed", static_cast<double>(layers_streamed_)},
             {"pieces_streamed", static_cast<double>(pieces_streamed_)},
             {"embed_requests", static_cast<double>(embed_requests_)},
