@@ -132,6 +132,7 @@ int Main(int argc, char** argv) {
   }
   const launch::PlanPrice price = launch::PricePlan(m.plan_model, budget, po, p, q);
   std::fprintf(plan_out, "%s%s", launch::ChunkLine(po, p).c_str(), launch::PriceLines(p, price, q).c_str());
+  if (opt.dry_run) std::fprintf(plan_out, "%s", launch::CodedLines(m.plan_model, budget, po, p).c_str());
   // Two computations must agree: the arenas sized from the layout (what the services fill)
   // and the plan's shm regions (what the budget charged), so the printed table is what gets
   // created.
