@@ -171,13 +171,12 @@ def main():
                 lines.append("Coded / uncoded s/token at %s: %.3f (trunk read/token %s against %s)" % (
                     base, bp.med(pt["rows"], "spt") / bp.med(u["rows"], "spt"), bp.fmt_b(bp.med(pt["rows"], "trunk_per_tok")),
                     bp.fmt_b(bp.med(u["rows"], "trunk_per_tok"))))
-        points = [pt for pt in points if not pt["name"].endswith("-coded")] + \
-            [pt for pt in points if pt["name"].endswith("-coded")]
-    first, second = points[0]["name"], points[1]["name"] if len(points) > 1 else None
+    plain = [pt for pt in points if not pt["name"].endswith("-coded")]  # the efficiency ratio: uncoded points
+    first, second = plain[0]["name"], plain[1]["name"] if len(plain) > 1 else None
     if second and first in eff and second in eff and eff[second] > 0:
         ratio = "%.2f (goal >= 0.9)" % (eff[first] / eff[second])
     else:
-        ratio = "n/a (%s)" % ("%s refused by the plan" % first if points[0]["refused"] else "not measured")
+        ratio = "n/a (%s)" % ("%s refused by the plan" % first if plain[0]["refused"] else "not measured")
     lines += ["", "Read efficiency (bytes/token / s/token) at %s over %s: %s" % (first, second, ratio),
               "Standalone ids: %s" % " ".join(map(str, expected))]
     text = "\n".join(lines) + "\n"
