@@ -56,7 +56,8 @@ ArenaSizes SizeArenas(const ModelLayout& m, const plan::MemoryPlan& p) {
   // trunk-ring slots hold the widest streamed layer or, with trunk pieces, the plan's piece
   // size (docs/trunk-pieces.md), and, when lm_head streams, one chunk of lm_head rows (read
   // widened); never less than a page.
-  int64_t slot = std::max(static_cast<int64_t>(kReadAlign), plan::TrunkSlotBytes(widest_streamed, min_piece, p.trunk_piece));
+  int64_t slot = std::max(static_cast<int64_t>(kReadAlign), plan::TrunkSlotBytes(widest_streamed, min_piece, p.trunk_piece,
+                                                                                   pm.coded_trunk_bytes.empty() ? 0 : plan::kCodedSlotMargin));
   if (!p.lm_head_resident) {
     const int64_t small = std::clamp<int64_t>(pm.small_globals_bytes, 0, pm.lm_head_bytes);
     const int64_t row = RowBytes(pm.lm_head_row_bytes, pm.lm_head_bytes - small, m.cfg.vocab_size);

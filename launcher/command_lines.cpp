@@ -46,6 +46,7 @@ std::vector<ServiceCommand> ServiceCommandLines(const LaunchOptions& opt, const 
                                 ep.ring_arena, "--pin", Join(p.pinned_layers), "--io", opt.io, "--inflight",
                                 inflight};
   t.insert(t.end(), head_flags.begin(), head_flags.end());
+  if (!opt.coded_trunk.empty()) t.insert(t.end(), {"--coded-trunk", opt.coded_trunk});
   out.push_back({"trunk-reader", t, true});
 
   std::vector<std::string> x = {ep.bin_dir + "/k3-expert-fetcher", "--model", opt.model, "--control", ep.control,

@@ -36,7 +36,8 @@ int Main(int argc, char** argv) {
   if (!opt.connect.empty()) return launch::RunConnected(opt);
   const int64_t budget = plan::ParseBudget(opt.budget);
 
-  const launch::ModelLayout m = launch::LoadModelLayout(opt.model, opt.dry_run);
+  launch::ModelLayout m = launch::LoadModelLayout(opt.model, opt.dry_run);
+  if (!opt.coded_trunk.empty()) launch::UseCodedTrunk(m, opt.model, opt.coded_trunk);
   plan::PlanOptions po;
   po.context = opt.context;
   po.prefill_chunk = opt.prefill_chunk;  // a cap: the plan chooses the chunk
@@ -123,6 +124,7 @@ int Main(int argc, char** argv) {
   if (opt.disk_rate == "probe") {
     const launch::DiskProbe d = launch::ProbeDiskRate(opt.model);
     q.disk_rate = d.bytes_per_second;
+    m.disk_raw_rate = d.bytes_per_second;  // the run's report sets the read rate beside it
     q.rate_source = "probed: " + k3::FormatBytes(d.bytes) + " O_DIRECT from " + std::to_string(d.files) + " shards";
   } else if (!opt.disk_rate.empty()) {
     q.disk_rate = plan::ParseDiskRate(opt.disk_rate);
@@ -130,6 +132,7 @@ int Main(int argc, char** argv) {
   }
   const launch::PlanPrice price = launch::PricePlan(m.plan_model, budget, po, p, q);
   std::fprintf(plan_out, "%s%s", launch::ChunkLine(po, p).c_str(), launch::PriceLines(p, price, q).c_str());
+  if (opt.dry_run) std::fprintf(plan_out, "%s", launch::CodedLines(m.plan_model, budget, po, p).c_str());
   // Two computations must agree: the arenas sized from the layout (what the services fill)
   // and the plan's shm regions (what the budget charged), so the printed table is what gets
   // created.

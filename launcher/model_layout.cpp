@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "common/codec/coded_fill.h"
 #include "common/error.h"
 #include "common/safetensors.h"
 
@@ -86,6 +87,17 @@ ModelLayout LoadModelLayout(const std::string& dir, bool allow_index_only) {
     pm.globals_run[combo] = g.end - g.begin;
   }
   return m;
+}
+
+void UseCodedTrunk(ModelLayout& m, const std::string& model_dir, const std::string& coded_dir) {
+  if (!m.from_headers) throw UsageError("coded_trunk needs the checkpoint's shards, not the index alone");
+  const Checkpoint ck = Checkpoint::Open(model_dir);
+  const codec::CodedTrunk t = codec::OpenCodedTrunk(coded_dir, ck, m.cfg);
+  const std::vector<codec::LayerRuns> layers = codec::RunsByLayer(t);
+  m.plan_model.coded_trunk_bytes.clear();
+  for (int l = 0; l < m.cfg.num_layers; ++l)
+    m.plan_model.coded_trunk_bytes.push_back(
+        static_cast<int64_t>(codec::CodedReadBytes(t, layers[static_cast<size_t>(l)])));
 }
 
 }  // namespace k3::launch

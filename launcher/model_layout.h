@@ -20,9 +20,14 @@ struct ModelLayout {
   std::vector<ByteRange> trunk;      // per layer (from headers)
   ByteRange globals;                 // pseudo-layer num_layers (docs/pipeline.md)
   int64_t num_tensors = 0;
+  double disk_raw_rate = 0;          // --disk-rate probe: O_DIRECT bytes/s of these shards (0: none ran)
 };
 
 // Throws BadModel / UsageError. `allow_index_only`: fall back to the index when shards are absent.
 ModelLayout LoadModelLayout(const std::string& dir, bool allow_index_only);
+
+// With a coded trunk (option coded_trunk): checks it against the checkpoint (BadModel, exit 3,
+// one line) and gives the plan each layer's coded read bytes (PlanModel::coded_trunk_bytes).
+void UseCodedTrunk(ModelLayout& m, const std::string& model_dir, const std::string& coded_dir);
 
 }  // namespace k3::launch

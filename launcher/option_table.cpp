@@ -104,6 +104,10 @@ std::vector<OptionSpec> MakeTable() {
        kToExpertFetcher},
       {"client_key", T::kPath, K3_FIELD(client_key), "NAME_secret",
        "this client's secret certificate for the expert servers (CURVE)", kToExpertFetcher},
+      {"coded_trunk", T::kPath, K3_FIELD(coded_trunk), "DIR",
+       "coded trunk (k3-model pack-trunk) of the model: whole streamed trunk layers are read from it and decoded "
+       "(docs/pipeline.md, Coded trunk)",
+       kToTrunkReader, "none: the release's bf16 bytes"},
       {"manifest", T::kPath, K3_FIELD(manifest), "PATH",
        "expert manifest the remote experts are checked against (k3-model digest writes it)", kToExpertFetcher,
        "k3-manifest.json in the model directory"},

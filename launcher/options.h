@@ -51,6 +51,7 @@ struct LaunchOptions {
   std::vector<std::string> expert_server_key;
   std::string client_key;
   std::string manifest;        // expert manifest (default: k3-manifest.json in the model directory)
+  std::string coded_trunk;     // coded trunk directory (k3-model pack-trunk); empty: the release's bf16 bytes
   bool no_verify = false;      // experts from the expert server are not checked against a manifest
   std::string out, dump_logits;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these (Generate.stop_ids)

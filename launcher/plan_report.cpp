@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/error.h"
+
 namespace k3::launch {
 
 PlanPrice PricePlan(const plan::PlanModel& model, int64_t budget, const plan::PlanOptions& po,
@@ -126,6 +128,66 @@ nlohmann::json PlanJson(const std::string& model_dir, const plan::MemoryPlan& p,
     j["seconds"] = t;
   }
   return j;
+}
+
+namespace {
+
+std::string Fmt2(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
+
+struct CodedCase {
+  bool fits = false;
+  size_t pinned = 0;
+  double per_token = 0;
+};
+
+CodedCase PriceCase(const plan::PlanModel& m, int64_t budget, const plan::PlanOptions& po) {
+  CodedCase c;
+  try {
+    const plan::MemoryPlan p = plan::MakePlan(m, budget, po);
+    c.fits = true;
+    c.pinned = p.pinned_layers.size();
+    c.per_token = plan::PriceAt(plan::ReadModelOf(m, p), p.prefill_chunk).per_generated_token;
+  } catch (const Error&) {
+  }
+  return c;
+}
+
+std::string CaseText(const CodedCase& coded, const CodedCase& plain, size_t layers) {
+  if (!coded.fits) return "below the coded plan's floor";
+  return std::to_string(coded.pinned) + " of " + std::to_string(layers) + " layers pinned, " +
+         DecimalBytes(coded.per_token) + " per generated token (uncoded: " + std::to_string(plain.pinned) +
+         " pinned, " + DecimalBytes(plain.per_token) + ", " +
+         (plain.per_token > 0 ? Fmt2(coded.per_token / plain.per_token) : std::string("-")) + "x)";
+}
+
+}  // namespace
+
+std::string CodedLines(const plan::PlanModel& model, int64_t budget, const plan::PlanOptions& po,
+                       const plan::MemoryPlan& p) {
+  plan::PlanModel coded = model;
+  plan::PlanModel plain = model;
+  plain.coded_trunk_bytes.clear();
+  const bool measured = !model.coded_trunk_bytes.empty();
+  if (!measured) {
+    for (int64_t b : model.trunk_bytes)  // each layer's runs padded to 4096, as packed
+      coded.coded_trunk_bytes.push_back((static_cast<int64_t>(static_cast<double>(b) * kCodedRatioEstimate) + 4095) / 4096 * 4096);
+  }
+  const size_t layers = model.trunk_bytes.size();
+  std::string out = measured ? "coded trunk (measured, the coded runs' sizes): "
+                             : "coded trunk (ESTIMATE: " + Fmt2(kCodedRatioEstimate) +
+                                   "x of each layer, the ratio measured on trained weights; no coded trunk given): ";
+  out += CaseText(PriceCase(coded, budget, po), PriceCase(plain, budget, po), layers) + "\n";
+  if (p.trunk_pieced) {
+    plan::PlanOptions whole = po;
+    whole.trunk_piece = plan::kTrunkPieceLayer;
+    out += "  layers stream in pieces here, which read the release's bytes; with trunk_piece = layer: " +
+           CaseText(PriceCase(coded, budget, whole), PriceCase(plain, budget, whole), layers) + "\n";
+  }
+  return out;
 }
 
 }  // namespace k3::launch

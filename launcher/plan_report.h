@@ -38,6 +38,18 @@ std::string DecimalBytes(double bytes);
 std::string ChunkLine(const plan::PlanOptions& po, const plan::MemoryPlan& p);
 std::string PriceLines(const plan::MemoryPlan& p, const PlanPrice& price, const PriceQuery& q);
 
+// The coded trunk's size over the bf16 trunk, as measured on trained weights (the demo's, 0.703;
+// tests/bench/results/2026-12-02-trunk-codec.md): the dry run's estimate when no coded trunk
+// is given (the release here has index and config only).
+inline constexpr double kCodedRatioEstimate = 0.70;
+
+// The dry run's coded-trunk line: the plan and the bytes per generated token with the coded
+// trunk (model.coded_trunk_bytes, measured) or, without one, estimated at kCodedRatioEstimate
+// per layer and labelled so, beside the uncoded numbers; and the same at trunk_piece = layer
+// when layers stream in pieces (pieces read the release's bytes, docs/pipeline.md "Coded trunk").
+std::string CodedLines(const plan::PlanModel& model, int64_t budget, const plan::PlanOptions& po,
+                       const plan::MemoryPlan& p);
+
 // --dry-run --json: the plan's regions and decisions, the chunk and the price.
 nlohmann::json PlanJson(const std::string& model_dir, const plan::MemoryPlan& p, const plan::PlanOptions& po,
                         const PlanPrice& price, const PriceQuery& q);

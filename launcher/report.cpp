@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include "step_bound.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdarg>
@@ -114,6 +116,21 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
   r["expert_hit_rate"] = hits + misses > 0 ? hits / (hits + misses) : -1.0;
   r["compute_wait_seconds"] = waits;
   r["io_share"] = rec.run_seconds > 0 ? waits / rec.run_seconds : 0.0;
+  // The coded trunk (docs/pipeline.md "Coded trunk"): coded bytes read and what they decoded
+  // to, the reads' rate against the disk's raw rate (a --disk-rate probe), and what bound a step.
+  const double coded = std::max(0.0, stat("trunk-reader", "coded_bytes_read"));
+  const double decoded = std::max(0.0, stat("trunk-reader", "decoded_bytes"));
+  const double decode_s = std::max(0.0, stat("trunk-reader", "decode_seconds"));
+  const double trunk_read_s = std::max(0.0, stat("trunk-reader", "read_seconds"));
+  const double expert_mbps = stat("expert-fetcher", "read_mb_s");
+  const double expert_read_s = expert_mbps > 0 && expert_bytes > 0 ? expert_bytes / (expert_mbps * 1e6) : 0.0;
+  r["trunk_coded_bytes_per_token"] = coded / gen_n;
+  r["trunk_decoded_bytes_per_token"] = decoded / gen_n;
+  r["decode_seconds_per_token"] = decode_s / gen_n;
+  r["digest_check_seconds"] = std::max(0.0, stat("trunk-reader", "check_seconds"));  // once per coded run
+  const double read_bytes = std::max(0.0, trunk_bytes) + std::max(0.0, expert_bytes);
+  r["read_mb_s"] = trunk_read_s + expert_read_s > 0 ? read_bytes / (trunk_read_s + expert_read_s) / 1e6 : 0.0;
+  r["disk_raw_mb_s"] = rec.disk_raw_rate > 0 ? nlohmann::json(rec.disk_raw_rate / 1e6) : nlohmann::json();
   // Decode steps only (the prompt pass also waits for start-up reads): overlap per token.
   const double steps = stat("compute", "decode_steps");
   const double trunk_wait_tok = steps > 0 ? std::max(0.0, stat("compute", "decode_trunk_wait_seconds")) / steps : 0.0;
@@ -121,6 +138,8 @@ nlohmann::json BuildReport(const RunRecord& rec, const plan::MemoryPlan& plan, c
   r["trunk_wait_seconds_per_token"] = trunk_wait_tok;
   r["expert_wait_seconds_per_token"] = expert_wait_tok;
   r["compute_wait_seconds_per_token"] = trunk_wait_tok + expert_wait_tok;
+  r["step_bound"] = StepBound({rec.done ? rec.done->seconds_per_token : 0.0, trunk_wait_tok + expert_wait_tok,
+                               (trunk_read_s + expert_read_s) / gen_n, decode_s / gen_n});
   // Next-layer guesses: how many of the routed experts they named, and the fetcher's reads.
   r["prefetch_hints"] = rec.prefetch_hints;
   r["hint_recall"] = stat("compute", "hint_recall");
@@ -182,6 +201,16 @@ std::vector<std::string> SummaryLines(const nlohmann::json& r, int64_t budget) {
   out.push_back(Fmt("[launch] compute waited on I/O %.4f s/token while decoding (trunk %.4f, experts %.4f) of %.4f s/token",
                     d("compute_wait_seconds_per_token"), d("trunk_wait_seconds_per_token"),
                     d("expert_wait_seconds_per_token"), d("seconds_per_token")));
+  if (d("trunk_coded_bytes_per_token") > 0)
+    out.push_back(Fmt("[launch] coded trunk: %.0f B/token read, decoded to %.0f B/token in %.4f s/token (digests "
+                      "checked on first read: %.2f s)",
+                      d("trunk_coded_bytes_per_token"), d("trunk_decoded_bytes_per_token"), d("decode_seconds_per_token"),
+                      d("digest_check_seconds")));
+  const std::string raw = r.contains("disk_raw_mb_s") && r["disk_raw_mb_s"].is_number()
+                              ? Fmt(" (raw O_DIRECT probe %.0f MB/s: %.2fx)", d("disk_raw_mb_s"), d("read_mb_s") / d("disk_raw_mb_s"))
+                              : std::string(" (no disk probe: --disk-rate probe)");
+  out.push_back(Fmt("[launch] reads %.0f MB/s%s; the step was bound by %s", d("read_mb_s"), raw.c_str(),
+                    r.value("step_bound", std::string("compute")).c_str()));
   const bool store = r.contains("prefix_store") && r["prefix_store"].is_string();
   if (d("prefix_cache_bytes") > 0 || d("cached_tokens") > 0 || store)
     out.push_back(Fmt("[launch] %.0f prompt ids from a prefix snapshot (not prefilled); prefix cache %s, prefix store %s",

@@ -43,6 +43,7 @@ struct RunRecord {
   ipc::compute::Sampling sampling;                    // as sent (seed included)
   std::optional<std::vector<ipc::compute::Token>> logprobs;  // --logprobs: the Tokens received
   bool perplexity = false;                            // --perplexity: Done's nll_sum / scored_tokens
+  double disk_raw_rate = 0;                           // --disk-rate probe before the run: bytes/s (0: none ran)
 };
 
 // The report's finish_reason for Done.reason: "length" (--gen or the context reached), "stop"

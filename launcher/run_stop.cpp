@@ -57,6 +57,7 @@ RunRecord Runner::Record(const std::vector<int32_t>& ids, bool interrupted, cons
   if (stop_text_.matched()) r.stop_text = stop_text_.matched_stop();
   if (tok_) r.tokenizer_error = tok_->failure();
   r.expert_inputs = opt_.expert_inputs;
+  r.disk_raw_rate = m_.disk_raw_rate;
   r.expert_servers = opt_.expert_server;
   r.prefix_store = opt_.prefix_store;
   r.prefetch_hints = HintsOffReason(opt_, m_, plan_) == nullptr;

@@ -25,6 +25,9 @@ struct PlanModel {
   // Bytes of the pinned globals run ([min, max) of the tensors kept resident, from the shard
   // headers) by (embed resident ? 1 : 0) | (lm_head resident ? 2 : 0).
   int64_t globals_run[4] = {-1, -1, -1, -1};
+  // With a coded trunk (launch option coded_trunk): per layer, its coded runs' bytes as read
+  // (empty: none). Whole streamed layers then read these and ring slots get kCodedSlotMargin.
+  std::vector<int64_t> coded_trunk_bytes;
 };
 
 // MinPieceSlot of layer `layer` (from min_piece_slot, else the config's release shapes), capped

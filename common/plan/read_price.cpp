@@ -22,7 +22,10 @@ ReadModel ReadModelOf(const PlanModel& model, const MemoryPlan& plan) {
   r.expert_slots = plan.expert_slots;
   for (int64_t l = 0; l < static_cast<int64_t>(model.trunk_bytes.size()); ++l)
     if (!std::binary_search(plan.pinned_layers.begin(), plan.pinned_layers.end(), static_cast<int>(l)))
-      r.streamed_trunk += model.trunk_bytes[static_cast<size_t>(l)];
+      // A coded trunk is read for whole streamed layers; pieces read the release (pipeline.md).
+      r.streamed_trunk += model.coded_trunk_bytes.empty() || plan.trunk_pieced
+                              ? model.trunk_bytes[static_cast<size_t>(l)]
+                              : model.coded_trunk_bytes[static_cast<size_t>(l)];
   if (!plan.lm_head_resident) r.streamed_trunk += model.lm_head_bytes;
   return r;
 }

@@ -43,7 +43,7 @@ Layout LayoutFor(const PlanModel& m, const std::vector<Candidate>& cands, size_t
       min_piece = std::max(min_piece, m.min_piece_slot[static_cast<size_t>(cands[i].layer)]);
     }
   // Streamed layers larger than a slot arrive in pieces (docs/trunk-pieces.md §5).
-  l.ring_slot = TrunkSlotBytes(widest, min_piece, o.trunk_piece);
+  l.ring_slot = TrunkSlotBytes(widest, min_piece, o.trunk_piece, m.coded_trunk_bytes.empty() ? 0 : kCodedSlotMargin);
   const int64_t V = m.cfg.vocab_size;
   const int64_t layer_slot = l.ring_slot;
   if (!l.lm_pinned) {
@@ -60,7 +60,7 @@ Layout LayoutFor(const PlanModel& m, const std::vector<Candidate>& cands, size_t
     l.lm_chunks = LmHeadChunks(l.lm_rows, V);
   }
   l.ring_slot = std::max(l.ring_slot, kPage);  // the ring exists even when everything is pinned
-  l.pieced = l.ring_slot < widest;
+  l.pieced = l.ring_slot < widest;  // (a coded margin only ever makes the slot larger)
   l.ring_slots = TrunkRingSlots(l.ring_slot, widest, o.read_ahead, o.ring_slots);
   l.ring = SlotArena(l.ring_slots, l.ring_slot);
   if (!embed_resident) {

@@ -147,10 +147,11 @@ std::vector<PieceTensor> ReleasePieceTensors(const ModelConfig& cfg, int layer) 
   return out;
 }
 
-int64_t TrunkSlotBytes(int64_t widest_streamed, int64_t min_piece, int64_t trunk_piece) {
+int64_t TrunkSlotBytes(int64_t widest_streamed, int64_t min_piece, int64_t trunk_piece, int64_t coded_margin) {
   if (widest_streamed <= 0) return 0;
-  if (trunk_piece == kTrunkPieceLayer) return widest_streamed;
-  return std::min(widest_streamed, std::max(AlignUp(trunk_piece), min_piece));
+  if (trunk_piece == kTrunkPieceLayer) return widest_streamed + coded_margin;
+  const int64_t slot = std::min(widest_streamed, std::max(AlignUp(trunk_piece), min_piece));
+  return slot == widest_streamed ? slot + coded_margin : slot;
 }
 
 int TrunkRingSlots(int64_t slot, int64_t widest_streamed, int64_t read_ahead, int ring_slots) {

@@ -26,8 +26,13 @@ inline constexpr int64_t kTrunkPieceLayer = 0;
 
 // The ring slot: `trunk_piece` (kTrunkPieceLayer: the widest streamed layer), never below the
 // streamed layers' MinPieceSlot `min_piece`, never above the widest streamed layer (all widened
-// bytes). 0 when nothing streams.
-int64_t TrunkSlotBytes(int64_t widest_streamed, int64_t min_piece, int64_t trunk_piece);
+// bytes). 0 when nothing streams. A whole-layer slot gets `coded_margin` more when layers stream
+// from a coded trunk (kCodedSlotMargin: room to decode in place, common/codec/coded_fill.h).
+int64_t TrunkSlotBytes(int64_t widest_streamed, int64_t min_piece, int64_t trunk_piece, int64_t coded_margin = 0);
+// What a whole-layer ring slot needs beyond the layer's window to decode a coded layer in place:
+// the largest frame's output (64 KiB) ahead of its input, the read's 4096 alignment at both ends,
+// the runs' headers and directories. 1 MiB covers that with room; the reader checks every frame.
+inline constexpr int64_t kCodedSlotMargin = 1ll << 20;
 // Ring slots: `ring_slots` when set (> 0); else 2 for whole-layer slots (one computing, one
 // reading), and 1 + ceil(min(read_ahead, widest_streamed) / slot) (at least 2) when layers
 // stream in pieces: never more read ahead than one whole layer.

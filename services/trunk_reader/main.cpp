@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "common/cli_parse.h"
+#include "common/codec/coded_fill.h"
+#include "common/codec/coded_trunk.h"
 #include "common/error.h"
 #include "common/ipc/protocol.h"
 #include "common/ipc/shm_arena.h"
@@ -41,6 +43,7 @@ struct Flags : WeightServiceFlags {
   std::string pinned_arena, ring_arena, pin;
   std::string embed_arena;     // set: the embedding is not resident; rows are served on request
   bool stream_lm_head = false;  // lm_head streams through the ring in row chunks
+  std::string coded_trunk;      // set: streamed layers read from this coded trunk (docs/pipeline.md)
 };
 
 class TrunkReader {
@@ -85,7 +88,13 @@ class TrunkReader {
     for (int l : pins_) fixed.push_back(layout_.position(l, 0));
     fixed.push_back(layout_.position(layout_.globals(), 0));
     sched_.emplace(layout_.walk_length(), fixed, ring_->slot_count());
-    worker_.emplace(ctx_, "trunk-io", f_.io, ck.shard_paths(), f_.inflight);
+    std::vector<std::string> files = ck.shard_paths();
+    if (!f_.coded_trunk.empty()) {
+      OpenCodedTrunk(ck, cfg);
+      coded_file_ = static_cast<int>(files.size());
+      files.push_back(f_.coded_trunk + "/" + codec::kCodedTrunkDataFile);
+    }
+    worker_.emplace(ctx_, "trunk-io", f_.io, files, f_.inflight);
     ReadPinned();
     router_.emplace(ctx_, zmq::socket_type::router);
     router_->set(zmq::sockopt::linger, 0);
@@ -97,7 +106,8 @@ class TrunkReader {
     return {{"pinned_layers", static_cast<double>(pins_.size())},
             {"pinned_bytes", static_cast<double>(pinned_bytes_)},
             {"pinned_seconds", pinned_seconds_},
-            {"ring_slots", static_cast<double>(ring_->slot_count())}};
+            {"ring_slots", static_cast<double>(ring_->slot_count())},
+            {"coded_trunk", f_.coded_trunk.empty() ? 0.0 : 1.0}};
   }
 
   // Serves until Shutdown or a stop signal.
@@ -123,9 +133,16 @@ class TrunkReader {
     const double secs = read_seconds_;
     return {{"bytes_read", static_cast<double>(bytes_read_)},
             {"read_mb_s", MBps(bytes_read_, secs)},
+            {"read_seconds", secs},
             {"layers_streamed", static_cast<double>(layers_streamed_)},
             {"pieces_streamed", static_cast<double>(pieces_streamed_)},
             {"embed_requests", static_cast<double>(embed_requests_)},
+            {"coded_bytes_read", static_cast<double>(coded_bytes_read_)},
+            {"decoded_bytes", static_cast<double>(decoded_bytes_)},
+            {"decode_seconds", decode_seconds_},
+            {"check_seconds", check_seconds_},
+            {"coded_fills", static_cast<double>(coded_fills_)},
+            {"raw_fills", static_cast<double>(raw_fills_)},
             {"rejected_messages", static_cast<double>(rejects_.rejected + ctl_.rejects().rejected)}};
   }
 
@@ -136,9 +153,55 @@ class TrunkReader {
                  FormatBytes(bytes_read_).c_str(), read_seconds_, MBps(bytes_read_, read_seconds_),
                  static_cast<unsigned long long>(layers_streamed_),
                  static_cast<unsigned long long>(rejects_.rejected + ctl_.rejects().rejected));
+    if (!f_.coded_trunk.empty())
+      std::fprintf(stderr,
+                   "[trunk-reader] coded trunk: %llu layers decoded (%s coded -> %s, %.2f s decoding, %.2f s checking "
+                   "digests on first read), %llu read raw\n",
+                   static_cast<unsigned long long>(coded_fills_), FormatBytes(coded_bytes_read_).c_str(),
+                   FormatBytes(decoded_bytes_).c_str(), decode_seconds_, check_seconds_,
+                   static_cast<unsigned long long>(raw_fills_));
   }
 
  private:
+  // The coded trunk: its manifest fits this checkpoint, its data file's header is this pack's
+  // (BadModel, exit 3, naming the file otherwise). Each run's coded bytes are checked against
+  // their digest the first time they are read (ParseLayerRuns).
+  void OpenCodedTrunk(const Checkpoint& ck, const ModelConfig& cfg) {
+    coded_ = codec::OpenCodedTrunk(f_.coded_trunk, ck, cfg);
+    layer_runs_ = codec::RunsByLayer(coded_);
+    checked_.assign(coded_.runs.size(), false);
+  }
+
+  // A coded read for a whole streamed layer, or nullopt (no coded trunk, a piece, an lm_head
+  // chunk, a slot without room to decode in place): those are read from the release.
+  std::optional<codec::CodedRead> CodedReadFor(const TrunkLayout::Position& pos) const {
+    if (coded_file_ < 0 || pos.run >= layout_.num_layers || CutPiece(pos) != nullptr) return std::nullopt;
+    return codec::PlanCodedRead(coded_, layer_runs_[static_cast<size_t>(pos.run)], ring_->slot_bytes());
+  }
+
+  // The coded layer in slot `s` has landed: checked, parsed and decoded in place. False when
+  // its frames do not fit in place in this slot (it is then read from the release).
+  bool DecodeCoded(uint32_t s, int layer, const codec::CodedRead& rd) {
+    const auto t0 = Clock::now();
+    const codec::LayerRuns& l = layer_runs_[static_cast<size_t>(layer)];
+    const ReadRun& r = layout_.runs[static_cast<size_t>(layer)];
+    uint8_t* slot = fill_dst_[s];
+    bool check = false;
+    for (size_t i = l.first; i < l.last; ++i) check = check || !checked_[i];
+    const auto runs = codec::ParseLayerRuns(coded_, l, rd, slot, r.lead(), check);
+    for (size_t i = l.first; i < l.last; ++i) checked_[i] = true;
+    // The first read's digest checks are counted apart: once per run, not per token.
+    (check ? check_seconds_ : decode_seconds_) += Seconds(t0);
+    if (!codec::InPlaceFits(runs)) return false;
+    const auto t1 = Clock::now();
+    codec::DecodeInPlace(runs, slot);
+    decode_seconds_ += Seconds(t1);
+    decoded_bytes_ += l.source_bytes;
+    coded_bytes_read_ += rd.bytes;
+    ++coded_fills_;
+    return true;
+  }
+
   void ReadPinned() {
     const auto t0 = Clock::now();
     uint8_t* base = pinned_arena_.mutable_data();
@@ -293,7 +356,12 @@ class TrunkReader {
       uint8_t* dst = ring_->BeginFill(f->slot);
       if (worker_->pending() == 0) t_busy_ = Clock::now();
       ReadJob job{f->slot, r.shard, {}};
-      if (const plan::Piece* piece = CutPiece(pos)) {  // one read per run, at its slot offset
+      fill_dst_[f->slot] = dst;
+      coded_fill_[f->slot] = CodedReadFor(pos);
+      if (const auto& rd = coded_fill_[f->slot]) {
+        job.shard = coded_file_;
+        job.requests.push_back({rd->file_offset, rd->bytes, dst + rd->slot_offset});
+      } else if (const plan::Piece* piece = CutPiece(pos)) {  // one read per run, at its slot offset
         const uint64_t file_size = layout_.shard_sizes.at(static_cast<size_t>(r.shard));
         for (const plan::RunPlacement& p : plan::PiecePlacements(layout_.tensors[static_cast<size_t>(pos.run)], *piece)) {
           const ReadRun win = Widen({r.shard, p.begin, p.begin + p.length, p.length}, file_size);
@@ -322,6 +390,17 @@ class TrunkReader {
         sched_->Abandon(s);
         Send(ipc::Encode(w::LayerFailed{layer, w::Error::kReadFailed, d.error}));
         continue;
+      }
+      if (const auto rd = coded_fill_[s]) {
+        coded_fill_[s].reset();
+        if (!DecodeCoded(s, layer, *rd)) {  // no room to decode in place: the release's bytes
+          bytes_read_ += d.bytes;
+          const ReadRun& r = layout_.runs[static_cast<size_t>(layer)];
+          worker_->Submit({s, r.shard, {{r.wbegin, r.wlength(), fill_dst_[s]}}});
+          continue;
+        }
+      } else if (pos.run < layout_.num_layers) {
+        ++raw_fills_;
       }
       sched_->Filled(s, ring_->Publish(s));
       bytes_read_ += d.bytes;
@@ -358,6 +437,14 @@ class TrunkReader {
   std::string client_;
   ipc::RejectCounter rejects_;
   uint64_t bytes_read_ = 0, pinned_bytes_ = 0, layers_streamed_ = 0, pieces_streamed_ = 0;
+  codec::CodedTrunk coded_;
+  int coded_file_ = -1;  // the coded data file's index in the read worker's files (-1: none)
+  std::vector<codec::LayerRuns> layer_runs_;
+  std::vector<bool> checked_;  // per coded run: its digest was checked
+  std::map<uint32_t, std::optional<codec::CodedRead>> coded_fill_;  // per slot being filled
+  std::map<uint32_t, uint8_t*> fill_dst_;
+  uint64_t coded_bytes_read_ = 0, decoded_bytes_ = 0, coded_fills_ = 0, raw_fills_ = 0;
+  double decode_seconds_ = 0, check_seconds_ = 0;
   double pinned_seconds_ = 0, read_seconds_ = 0;
   Clock::time_point t_busy_;
   Clock::time_point next_stats_{};  // the next live Stats (k3-server /metrics)
@@ -373,6 +460,7 @@ int Main(int argc, char** argv) {
   app.add_option("--pin", f.pin, "comma-separated layers to pin (globals always pinned)");
   app.add_flag("--stream-lm-head", f.stream_lm_head, "stream lm_head through the ring in row chunks");
   app.add_option("--embed-arena", f.embed_arena, "shm name of embed-window (embedding not resident)");
+  app.add_option("--coded-trunk", f.coded_trunk, "coded trunk directory (k3-model pack-trunk): streamed layers read from it");
   if (!ParseCommandLine(app, argc, argv, "k3-trunk-reader")) return kExitOk;
   return RunService<TrunkReader>(f.control, kService, f);
 }

@@ -67,6 +67,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="compute threads (default: cores)")
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--report", help="append the markdown results here")
+    ap.add_argument("--coded", action="store_true",
+                    help="every point also from the checkpoint's coded trunk (bench_pipeline.py's, packed once "
+                         "beside it), interleaved with the uncoded run; layers streamed in pieces read the release")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_floor: needs root (cgroup caps, dropping the page cache)")
@@ -93,13 +96,15 @@ def main():
     bp.log("bench_floor: standalone ids %s; raw O_DIRECT %s MB/s" % (expected, raw))
 
     points = []
-    for item in a.points.split(","):
+    coded = bp.ensure_coded(bins, ckpt) if a.coded else None
+    for item, mode in [(x, m) for x in a.points.split(",") for m in (("", "coded") if coded else ("",))]:
         name, cap = item.split(":")
         budget = size(name)
-        dry = subprocess.run([launch, toml, "--budget", str(budget), "--dry-run", "--ids", "1"], capture_output=True,
-                             text=True)
-        pt = dict(name=name, budget=budget, cap=size(cap), rows=[], ids_ok=[], usage=[], oom=0,
-                  refused=None, plan="")
+        extra = ["--coded-trunk", coded] if mode else []
+        dry = subprocess.run([launch, toml, "--budget", str(budget), "--dry-run", "--ids", "1"] + extra,
+                             capture_output=True, text=True)
+        pt = dict(name=name + ("-coded" if mode else ""), budget=budget, cap=size(cap), rows=[], ids_ok=[], usage=[],
+                  oom=0, refused=None, plan="", extra=extra)
         if dry.returncode != 0:
             pt["refused"] = "exit %d: %s" % (dry.returncode, dry.stderr.strip().splitlines()[-1])
             bp.log("bench_floor: %s refused by the plan (%s)" % (name, pt["refused"]))
@@ -116,7 +121,7 @@ def main():
             cold = bp.drop_caches(True)
             load = bp.loadavg()
             cmd = ["nice", "-n", "-20", launch, toml, "--budget", str(pt["budget"]), "--ids", "1", "--gen", str(a.gen),
-                   "--out", out_json]
+                   "--out", out_json] + pt["extra"]
             rc, out, err, usage, oom = run_capped(cmd, pt["cap"], a.timeout)
             pt["oom"] += oom
             if rc != 0:
@@ -158,11 +163,20 @@ def main():
             bp.fmt_b(bp.med(pt["rows"], "trunk_per_tok")), bp.fmt_b(bp.med(pt["rows"], "expert_per_tok")),
             eff[pt["name"]] / 1e6, max(pt["usage"]) / 2**20, pt["oom"],
             "yes" if all(pt["ids_ok"]) else "NO (%d of %d)" % (sum(pt["ids_ok"]), len(pt["ids_ok"]))))
-    first, second = points[0]["name"], points[1]["name"] if len(points) > 1 else None
+    if coded:  # coded against uncoded, per point
+        for pt in points:
+            base = pt["name"][:-len("-coded")]
+            if pt["name"].endswith("-coded") and not pt["refused"] and eff.get(base):
+                u = [q for q in points if q["name"] == base][0]
+                lines.append("Coded / uncoded s/token at %s: %.3f (trunk read/token %s against %s)" % (
+                    base, bp.med(pt["rows"], "spt") / bp.med(u["rows"], "spt"), bp.fmt_b(bp.med(pt["rows"], "trunk_per_tok")),
+                    bp.fmt_b(bp.med(u["rows"], "trunk_per_tok"))))
+    plain = [pt for pt in points if not pt["name"].endswith("-coded")]  # the efficiency ratio: uncoded points
+    first, second = plain[0]["name"], plain[1]["name"] if len(plain) > 1 else None
     if second and first in eff and second in eff and eff[second] > 0:
         ratio = "%.2f (goal >= 0.9)" % (eff[first] / eff[second])
     else:
-        ratio = "n/a (%s)" % ("%s refused by the plan" % first if points[0]["refused"] else "not measured")
+        ratio = "n/a (%s)" % ("%s refused by the plan" % first if plain[0]["refused"] else "not measured")
     lines += ["", "Read efficiency (bytes/token / s/token) at %s over %s: %s" % (first, second, ratio),
               "Standalone ids: %s" % " ".join(map(str, expected))]
     text = "\n".join(lines) + "\n"

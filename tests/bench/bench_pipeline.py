@@ -222,7 +222,8 @@ def choose_budgets(bins, toml, ckpt, w):
     return [("stream", stream), ("middle", (stream + hi) // 2), ("resident", hi)], floor
 
 
-def launch_once(bins, toml, ckpt, budget_mib, gen, io, out_json, drop, threads, expert_inputs="f32", probe=False):
+def launch_once(bins, toml, ckpt, budget_mib, gen, io, out_json, drop, threads, expert_inputs="f32", probe=False,
+                extra=()):
     cold = drop_caches(drop)
     la = loadavg()
     cmd = [os.path.join(bins, "k3-launch"), toml, "--model", ckpt, "--budget", f"{budget_mib}M", "--ids", "1",
@@ -231,11 +232,92 @@ def launch_once(bins, toml, ckpt, budget_mib, gen, io, out_json, drop, threads, 
         cmd.append("--probe-membw")
     if threads:
         cmd += ["--threads", str(threads)]
-    p, wall = run(cmd)
+    p, wall = run(cmd + list(extra))
     with open(out_json) as f:
         r = json.load(f)
     r["_wall"], r["_load"], r["_cold"], r["_stderr"] = wall, la, cold, p.stderr
     return r
+
+
+def ensure_coded(bins, ckpt):
+    """The checkpoint's coded trunk (k3-model pack-trunk), written once beside it."""
+    coded = ckpt + "-coded"
+    if os.path.exists(os.path.join(coded, "k3-coded-trunk.json")):
+        return coded
+    shutil.rmtree(coded, ignore_errors=True)
+    log(f"bench: packing the coded trunk into {coded}")
+    subprocess.run([os.path.join(bins, "k3-model"), "pack-trunk", ckpt, coded], check=True)
+    return coded
+
+
+def coded_compare(a, bins, build, ckpt, toml, w, facts, raw, drop):
+    """--coded: the same budgets uncoded and from the coded trunk, alternating, caches dropped
+    before every run; medians and the coded/uncoded ratios of s/token."""
+    coded = ensure_coded(bins, ckpt)
+    runs = os.path.join(build, "bench-runs")
+    extra_coded = ("--coded-trunk", coded)
+    if a.budgets:
+        budgets = [(f"b{i}", int(x)) for i, x in enumerate(a.budgets.split(","))]
+    else:
+        budgets, _ = choose_budgets(bins, toml, ckpt, w)
+        budgets = [budgets[0], budgets[-1]]
+        # The coded plan's floor is its ring's margin above the uncoded one: stream at the higher.
+        rc, text = plan_for(bins, toml, ckpt, "1M")
+        p = subprocess.run([os.path.join(bins, "k3-launch"), toml, "--model", ckpt, "--budget", "1M", "--dry-run",
+                            "--coded-trunk", coded], capture_output=True, text=True)
+        m = re.search(r"\((\d+) bytes\)", p.stderr)
+        if m:
+            budgets[0] = (budgets[0][0], max(budgets[0][1], int(m.group(1)) // 2**20 + 1))
+    rows = {}
+    for name, mib in budgets:
+        for i in range(a.repeats):
+            for mode in ("uncoded", "coded"):
+                r = launch_once(bins, toml, ckpt, mib, a.gen, a.io, os.path.join(runs, f"{name}-{mode}-{i}.json"), drop,
+                                a.threads, a.expert_inputs, extra=extra_coded if mode == "coded" else ())
+                s = summarise(r, a.gen, w)
+                s.update(ids=r["generated_ids"], coded_tok=r.get("trunk_coded_bytes_per_token", 0),
+                         decoded_tok=r.get("trunk_decoded_bytes_per_token", 0),
+                         decode_tok=r.get("decode_seconds_per_token", 0), read_mbs=r.get("read_mb_s", 0),
+                         bound=r.get("step_bound", "-"))
+                rows.setdefault((name, mode), []).append(s)
+                log(f"bench: {name} ({mib} MiB) {mode} #{i + 1}: {s['spt']:.3f} s/token, step {s['step']:.3f} s, "
+                    f"trunk read {fmt_b(s['trunk_per_tok'])}/token, decode {s['decode_tok']:.3f} s/token, "
+                    f"bound by {s['bound']}")
+    same_ids = len({tuple(s["ids"]) for v in rows.values() for s in v}) == 1
+    raw_same = raw["d4_c1M"]
+    L = []
+    P = L.append
+    P(f"Machine: {facts.get('Model name')}, {facts.get('CPU(s)')} CPUs ({facts.get('SIMD')}), {facts['RAM']}, "
+      f"disk {facts['disk']}. Checkpoint: {os.path.basename(ckpt)} (real K3 layer geometry), trunk "
+      f"{fmt_b(sum(w['trunk_bytes']))} in {len(w['trunk_bytes'])} layers; coded trunk {coded}. "
+      f"Raw O_DIRECT in the same run: {raw_same:.0f} MB/s (1 MiB x 4), {raw['d8_c4M']:.0f} MB/s (4 MiB x 8). "
+      f"--gen {a.gen}, --repeats {a.repeats}, io {a.io}, threads {a.threads or 'all'}; the page cache dropped before "
+      f"every run: {drop}. Runs alternate uncoded, coded.")
+    P("")
+    P("| budget | trunk | s/token (median; runs) | decode step (median) | trunk read/token | coded -> decoded/token | "
+      "reader decode s/token | reads MB/s (vs raw) | bound |")
+    P("|---|---|---|---|---|---|---|---|---|")
+    for name, mib in budgets:
+        for mode in ("uncoded", "coded"):
+            v = rows[(name, mode)]
+            P(f"| {name} {mib} MiB | {mode} | {med(v, 'spt'):.3f} ({joined(v, 'spt', 3)}) | {med(v, 'step'):.3f} | "
+              f"{fmt_b(med(v, 'trunk_per_tok'))} | {fmt_b(med(v, 'coded_tok'))} -> {fmt_b(med(v, 'decoded_tok'))} | "
+              f"{med(v, 'decode_tok'):.3f} | {med(v, 'read_mbs'):.0f} ({med(v, 'read_mbs') / raw_same:.2f}x) | "
+              f"{', '.join(sorted({x['bound'] for x in v}))} |")
+    P("")
+    targets = [("streaming", budgets[0][0], "<= 0.80"), ("resident", budgets[-1][0], "<= 1.05")]
+    for label, name, goal in targets:
+        ratio = med(rows[(name, "coded")], "spt") / med(rows[(name, "uncoded")], "spt")
+        P(f"- {label} ({name}): coded / uncoded s/token = **{ratio:.3f}** (target {goal})")
+    P(f"- generated ids identical across every run, coded and uncoded: {same_ids}")
+    text = "\n".join(L)
+    print(text)
+    if a.report:
+        with open(a.report, "w") as f:
+            f.write("# Pipeline from a coded trunk: coded against uncoded (bench_pipeline.py --coded)\n\n"
+                    f"{datetime.date.today().isoformat()}; `tests/bench/bench_pipeline.py {' '.join(sys.argv[1:])}`\n\n"
+                    + text + "\n")
+    return 0 if same_ids else 1
 
 
 def standalone_once(bins, ckpt, gen, out_json, threads, expert_inputs="f32"):
@@ -338,6 +420,10 @@ def main(argv=None):
     ap.add_argument("--nice", type=int, default=-20,
                     help="niceness of the measured commands (negative needs root; 0 = unchanged)")
     ap.add_argument("--budgets", help="comma-separated MiB budgets instead of the automatic three")
+    ap.add_argument("--coded", action="store_true",
+                    help="coded against uncoded: the streaming floor and all-resident, from the checkpoint's coded "
+                         "trunk (packed once beside it) and from its bf16 bytes, whole-layer ring slots "
+                         "(trunk_piece = layer: pieces read the release)")
     ap.add_argument("--report", help="write the markdown results here (e.g. tests/bench/results/YYYY-MM-DD-runs-X.md)")
     a = ap.parse_args(argv)
     if a.gen < 2:
@@ -360,7 +446,7 @@ def main(argv=None):
     toml = os.path.join(runs, "bench.toml")
     with open(toml, "w") as f:
         f.write(f'model = "{ckpt}"\nbudget = "auto"\nio = "{a.io}"\ngen = {a.gen}\ncontext = 4096\n'
-                'prefill_chunk = 64\nring_slots = 2\n')
+                'prefill_chunk = 64\nring_slots = 2\n' + ('trunk_piece = "layer"\n' if a.coded else ''))
 
     w = weight_bytes(ckpt)
     facts = machine_facts(ckpt)
@@ -375,6 +461,8 @@ def main(argv=None):
     membw = mem_bw(bins)
     log(f"bench: raw O_DIRECT {raw} MB/s, memory read {membw:.1f} GB/s (load {load0:.2f})")
 
+    if a.coded:
+        return coded_compare(a, bins, build, ckpt, toml, w, facts, raw, drop)
     if a.budgets:
         budgets = [(f"b{i}", int(x)) for i, x in enumerate(a.budgets.split(","))]
         floor = -1
