@@ -30,12 +30,13 @@ std::string Engine::NotReady() const {
     if (!ready_.count(s)) missing += (missing.empty() ? "" : ", ") + s;
   if (missing.empty() && !control_ids_known_) missing = "the tokenizer's chat ids";
   if (missing.empty() && tokenizer_stalled_) missing = "the tokenizer, which has not answered for a while";
+  if (missing.empty() && compute_stalled_) missing = "compute, which has not answered for a while";
   return missing;
 }
 
 void Engine::UpdateHealth() {
   std::lock_guard<std::mutex> lock(inbox_mu_);
-  bool all = control_ids_known_ && !stopping_ && !tokenizer_stalled_;
+  bool all = control_ids_known_ && !stopping_ && !tokenizer_stalled_ && !compute_stalled_;
   for (const std::string& s : cfg_.services) all = all && ready_.count(s) > 0;
   healthy_ = all;
 }
@@ -90,7 +91,9 @@ void Engine::Run(const std::function<void()>& stop_http) {
     HandleTokenizer();
     TakeSubmitted();
     CheckClientsGone();
+    CheckDeadlines();
     Dispatch();
+    CheckCompute();
     tok_requests_.ResendStale(Clock::now());
     CheckTokenizerDeadlines();
     std::vector<uint64_t> ids;
