@@ -117,7 +117,7 @@ class EdgesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="k3-server-edges-")
-        # The plan charges http_threads x 48 x max_body_bytes (docs/memory-plan.md): a budget to match.
+        # The plan charges http_threads x 36 x max_body_bytes (docs/memory-plan.md): a budget to match.
         # Small prefill chunks: a prompt of a few hundred ids takes several passes (a Cancel
         # between them ends its prefill).
         cls.srv = Server(cls.tmp, ["--budget", "8G", "--queue-size", "1", "--max-body-bytes", str(BODY_LIMIT),
