@@ -44,7 +44,12 @@ void Engine::UpdateHealth() {
 std::variant<std::shared_ptr<Job>, HttpError> Engine::Submit(RequestSpec spec) {
   std::lock_guard<std::mutex> lock(inbox_mu_);
   if (stopping_) return ShuttingDown();
-  if (!healthy_) return MakeHttpError(503, "the model is still loading", "server_error", "unavailable");
+  if (!healthy_)
+    return MakeHttpError(503,
+                         compute_stalled_     ? "compute has not answered for a while; retry later"
+                         : tokenizer_stalled_ ? "the tokenizer has not answered for a while; retry later"
+                                              : "the model is still loading",
+                         "server_error", "unavailable");
   if (spec.endpoint == Endpoint::kChat && !chat_error_.empty())
     return MakeHttpError(400, chat_error_, "invalid_request_error", "chat_unsupported");
   if (pending_ >= cfg_.queue_size)

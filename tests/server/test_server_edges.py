@@ -13,6 +13,12 @@
 - HTTP/1.0 never gets `Transfer-Encoding: chunked`; a non-streamed request whose compute dies
   is answered with a 5xx status, not 200 with an error inside;
 - the listen backlog is not httplib's 5;
+- a prompt whose ids would be over the tokenizer's message limit is 413 at once (not the 504 of
+  a reply k3-server would reject);
+- compute stopped (SIGSTOP): /health 503 within compute_timeout + 1 s and 200 after SIGCONT, a
+  request queued behind it 503 after queue_timeout, the running one 504 after run_timeout and
+  compute_timeout (or, compute resumed in time, 200 with finish_reason "length"); a client gone
+  while its Generate waits for a stopped compute has its prefill ended by the Cancel;
 - a request's cache_salt keeps its prefix snapshots from every other salt (and from requests
   without one).
 
@@ -264,12 +270,13 @@ class EdgesTest(unittest.TestCase):
         os.kill(compute, signal.SIGSTOP)
         try:
             t0 = time.time()
-            text = self.wait_health(503, COMPUTE_TIMEOUT + 3, "a stopped compute must be unhealthy")
+            text = self.wait_health(503, COMPUTE_TIMEOUT + 4, "a stopped compute must be unhealthy")
             print("compute stopped: /health 503 after %.2f s" % (time.time() - t0), file=sys.stderr)
             self.assertIn("compute", json.loads(text)["error"]["message"])
             # Submitted while unhealthy: refused at once (503) like any request then.
-            st, _ = self.post("/v1/completions", {"model": NAME, "prompt": PROMPT, "max_tokens": 2})
-            self.assertEqual(st, 503)
+            st, text = self.post("/v1/completions", {"model": NAME, "prompt": PROMPT, "max_tokens": 2})
+            self.assertEqual(st, 503, text)
+            self.assertIn("compute has not answered", json.loads(text)["error"]["message"])
         finally:
             os.kill(compute, signal.SIGCONT)
         t0 = time.time()
