@@ -219,6 +219,18 @@ std::vector<OptionSpec> MakeTable() {
        "serve: a prompt the tokenizer has not encoded in this time fails with 504 (and /health is 503 until it "
        "answers again), 0.1 to 86400",
        kToServer},
+      {"compute_timeout", T::kNumber, K3_FIELD(compute_timeout), "SECONDS",
+       "serve: /health is 503 when compute leaves a liveness ping unanswered this long and 4x its longest pass "
+       "(a stopped or wedged compute), 0.1 to 86400",
+       kToServer},
+      {"queue_timeout", T::kNumber, K3_FIELD(queue_timeout), "SECONDS",
+       "serve: a request still waiting for a place in the batch this long after it arrived is 503 with "
+       "Retry-After, 0 (none) to 604800",
+       kToServer},
+      {"run_timeout", T::kNumber, K3_FIELD(run_timeout), "SECONDS",
+       "serve: a request running in compute this long is ended with what it generated (finish_reason "
+       "\"length\"), 0 (none) to 604800",
+       kToServer, "0 (none)"},
   };
   t.insert(t.end(), rest.begin(), rest.end());
   return t;

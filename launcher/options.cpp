@@ -398,6 +398,10 @@ void CheckOptions(const LaunchOptions& opt) {
     throw UsageError(bad);
   if (!(opt.tokenizer_timeout >= 0.1 && opt.tokenizer_timeout <= 86400))
     throw UsageError("tokenizer_timeout must be 0.1 to 86400 seconds");
+  if (!(opt.compute_timeout >= 0.1 && opt.compute_timeout <= 86400))
+    throw UsageError("compute_timeout must be 0.1 to 86400 seconds");
+  if (!(opt.queue_timeout >= 0 && opt.queue_timeout <= 604800)) throw UsageError("queue_timeout must be 0 to 604800 seconds");
+  if (!(opt.run_timeout >= 0 && opt.run_timeout <= 604800)) throw UsageError("run_timeout must be 0 to 604800 seconds");
 }
 
 }  // namespace k3::launch

@@ -98,6 +98,9 @@ struct LaunchOptions {
   int64_t max_tokens_default = 0;    // a request without max_tokens gets this (0: the limit, or the context)
   int64_t max_tokens_limit = 0;      // a request asking for more is 400 (0: no limit)
   double tokenizer_timeout = 30;     // seconds a prompt may wait for the tokenizer; then 504
+  double compute_timeout = 900;      // seconds a liveness Ping may go unanswered (x4 the longest pass at least); then /health 503
+  double queue_timeout = 3600;       // seconds a request may wait for a place in the batch; then 503 (0: none)
+  double run_timeout = 0;            // seconds a request may run in compute; then it ends, finish "length" (0: none)
 };
 
 // The most expert servers a run uses (the fetcher's RemoteReads::kMaxServers).

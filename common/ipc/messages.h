@@ -237,11 +237,19 @@ struct Step {
   std::vector<uint64_t> request_ids;
   bool operator==(const Step&) const = default;
 };
-using Message = std::variant<Generate, Token, Done, Cancel, StateOp, StateDone, Step>;
+struct Ping {
+  uint64_t nonce = 0;
+  bool operator==(const Ping&) const = default;
+};
+struct Pong {
+  uint64_t nonce = 0;
+  bool operator==(const Pong&) const = default;
+};
+using Message = std::variant<Generate, Token, Done, Cancel, StateOp, StateDone, Step, Ping, Pong>;
 }  // namespace compute
 
 namespace tokenizer {
-enum class Error : uint8_t { kNone = 0, kBadInput = 1, kUnknownId = 2, kUnsupported = 3 };
+enum class Error : uint8_t { kNone = 0, kBadInput = 1, kUnknownId = 2, kUnsupported = 3, kTooLarge = 4 };
 enum class ToolChoice : uint8_t { kAuto = 0, kNone = 1, kRequired = 2, kNamed = 3 };
 struct Encode {
   uint64_t request_id = 0;

@@ -29,6 +29,7 @@ static_assert(static_cast<int>(fbp::StateAction::Reset) == static_cast<int>(comp
 static_assert(static_cast<int>(fbe::Error::NoSlot) == static_cast<int>(experts::Error::kNoSlot));
 static_assert(static_cast<int>(fbe::Priority::Prefetch) == static_cast<int>(experts::Priority::kPrefetch));
 static_assert(static_cast<int>(fbt::Error::Unsupported) == static_cast<int>(tokenizer::Error::kUnsupported));
+static_assert(static_cast<int>(fbt::Error::TooLarge) == static_cast<int>(tokenizer::Error::kTooLarge));
 
 template <class UnionType>
 Encoded Finish(FlatBufferBuilder& fbb, Protocol p, UnionType t) {
@@ -393,6 +394,18 @@ Encoded Encode(const compute::Cancel& m) {
   fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Cancel, msg.Union()));
   return Finish(fbb, Protocol::kCompute, fbp::Message::Cancel);
 }
+Encoded Encode(const compute::Ping& m) {
+  FlatBufferBuilder fbb(48);
+  auto msg = fbp::CreatePing(fbb, m.nonce);
+  fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Ping, msg.Union()));
+  return Finish(fbb, Protocol::kCompute, fbp::Message::Ping);
+}
+Encoded Encode(const compute::Pong& m) {
+  FlatBufferBuilder fbb(48);
+  auto msg = fbp::CreatePong(fbb, m.nonce);
+  fbp::FinishSizePrefixedEnvelopeBuffer(fbb, fbp::CreateEnvelope(fbb, fbp::Message::Pong, msg.Union()));
+  return Finish(fbb, Protocol::kCompute, fbp::Message::Pong);
+}
 Encoded Encode(const compute::StateOp& m) {
   FlatBufferBuilder fbb(64 + m.path.size() + m.extra.size());
   auto path = BytesVec(fbb, m.path);
@@ -472,6 +485,10 @@ Result<compute::Message> DecodeCompute(std::span<const uint8_t> kind, std::span<
           }
           case fbp::Message::Cancel:
             return R::Ok(compute::Cancel{e->message_as_Cancel()->request_id()});
+          case fbp::Message::Ping:
+            return R::Ok(compute::Ping{e->message_as_Ping()->nonce()});
+          case fbp::Message::Pong:
+            return R::Ok(compute::Pong{e->message_as_Pong()->nonce()});
           case fbp::Message::StateOp: {
             const auto* m = e->message_as_StateOp();
             if (m->action() > fbp::StateAction::MAX) return R::Fail("StateOp.action out of range");

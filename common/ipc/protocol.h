@@ -67,6 +67,8 @@ Encoded Encode(const compute::Generate& m);
 Encoded Encode(const compute::Token& m);
 Encoded Encode(const compute::Done& m);
 Encoded Encode(const compute::Cancel& m);
+Encoded Encode(const compute::Ping& m);
+Encoded Encode(const compute::Pong& m);
 Encoded Encode(const compute::StateOp& m);
 Encoded Encode(const compute::StateDone& m);
 Encoded Encode(const compute::Step& m);

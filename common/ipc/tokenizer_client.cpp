@@ -15,6 +15,8 @@ const char* ErrorKind(tk::Error e) {
       return "unknown id";
     case tk::Error::kUnsupported:
       return "unsupported";
+    case tk::Error::kTooLarge:
+      return "too large";
   }
   return "failed";
 }

@@ -36,10 +36,12 @@ constexpr int64_t kServerOwnThreads = 5;
 // threads together touched 1.5 MiB of anon memory; what a request adds is in the figures below).
 constexpr int64_t kServerThreadBytes = 256ll << 10;
 // Per connection thread and per byte of max_body_bytes: the body as read, its JSON tree while
-// it is parsed and the prompt taken from it, at their peak. One 1 MiB body peaked at 10.1x
-// (one string), 19.1x (chat messages), 24.8-29.3x (small token ids) and 38.6x (nested arrays in
-// an ignored field, the densest tree per byte); 48 is 1.24x the largest.
-constexpr int64_t kServerBodyFactor = 48;
+// it is parsed and the prompt taken from it, at their peak. With the parse bounded (64 deep, 8
+// bytes per body byte) one 1 MiB body peaked at 9.6x (one string), 8.7x (chat messages), 1.9x
+// (nested arrays: refused at depth 65), 10.5x (60-deep blocks), 14.4x (empty arrays), 12.7x
+// (empty objects) and 24.8-29.4x (small token ids, the largest; medians of 3,
+// tests/bench/results/2026-12-02-server-body-factor.md); 36 is 1.22x the largest.
+constexpr int64_t kServerBodyFactor = 36;
 // Per request held (running or waiting) and per position of its context: its prompt ids, the
 // tokens compute sent with their logprobs, their text and the response built from them.
 // Measured 4320 bytes with logprobs 20 (every request filling its context, half streamed) and

@@ -81,6 +81,8 @@ void Scheduler::Handle(const cp::Message& m) {
     else Answer(*g);
   } else if (const auto* op = std::get_if<cp::StateOp>(&m)) {
     AnswerState(*op);
+  } else if (const auto* ping = std::get_if<cp::Ping>(&m)) {
+    port_.Send(cp::Pong{ping->nonce});  // idle: at once
   }
 }
 
@@ -155,13 +157,15 @@ void Scheduler::OfferToCache(std::span<const int32_t> consumed, uint64_t partiti
 }
 
 // Between passes, without waiting: a Cancel marks the running request it names (any other
-// is ignored: that request has ended, or not started); any other message (a next Generate,
+// is ignored: that request has ended, or not started), a Ping is answered; any other message (a next Generate,
 // say) is kept in held_ and answered, in order, when there is room for it.
 void Scheduler::PollMessages() {
   while (auto m = port_.Receive()) {
     if (const auto* c = std::get_if<cp::Cancel>(&*m)) {
       for (Request* r : active_)
         if (r->g.request_id == c->request_id) r->cancel = true;
+    } else if (const auto* ping = std::get_if<cp::Ping>(&*m)) {
+      port_.Send(cp::Pong{ping->nonce});  // between passes: the loop is alive (docs/server.md "Compute liveness")
     } else {
       held_.push_back(std::move(*m));
     }

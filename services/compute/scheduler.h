@@ -41,7 +41,7 @@ struct StatsOut {
 // What the core sends, in the order it must leave: all but StatsOut to the launcher's compute
 // endpoint, StatsOut on the control link.
 using Outgoing = std::variant<ipc::compute::Token, ipc::compute::Step, ipc::compute::Done,
-                              ipc::compute::StateDone, StatsOut>;
+                              ipc::compute::StateDone, ipc::compute::Pong, StatsOut>;
 
 // The core's view of its process (the shell's sockets and stop signals, or a test's queues).
 class SchedulerPort {
@@ -129,7 +129,7 @@ class Scheduler {
   void Finish(Request& r, const GreedyResult& res);  // Stats, then Done
   void PrefillProgress(Request& r, int64_t done, int64_t total);
   void AnswerState(const ipc::compute::StateOp& op);  // Save/Load/Reset (docs/formats.md "State file")
-  void PollMessages();  // Cancels mark running requests; anything else waits in held_
+  void PollMessages();  // Cancels mark running requests, Pings are answered; anything else waits in held_
   ipc::compute::Step MakeStep(int32_t sequences, int64_t rows, int64_t prefill_rows, double seconds,
                               std::vector<uint64_t> ids) const;
   void FlushStep();  // sends pending_step_, if any

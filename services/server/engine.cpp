@@ -30,12 +30,13 @@ std::string Engine::NotReady() const {
     if (!ready_.count(s)) missing += (missing.empty() ? "" : ", ") + s;
   if (missing.empty() && !control_ids_known_) missing = "the tokenizer's chat ids";
   if (missing.empty() && tokenizer_stalled_) missing = "the tokenizer, which has not answered for a while";
+  if (missing.empty() && compute_stalled_) missing = "compute, which has not answered for a while";
   return missing;
 }
 
 void Engine::UpdateHealth() {
   std::lock_guard<std::mutex> lock(inbox_mu_);
-  bool all = control_ids_known_ && !stopping_ && !tokenizer_stalled_;
+  bool all = control_ids_known_ && !stopping_ && !tokenizer_stalled_ && !compute_stalled_;
   for (const std::string& s : cfg_.services) all = all && ready_.count(s) > 0;
   healthy_ = all;
 }
@@ -43,7 +44,12 @@ void Engine::UpdateHealth() {
 std::variant<std::shared_ptr<Job>, HttpError> Engine::Submit(RequestSpec spec) {
   std::lock_guard<std::mutex> lock(inbox_mu_);
   if (stopping_) return ShuttingDown();
-  if (!healthy_) return MakeHttpError(503, "the model is still loading", "server_error", "unavailable");
+  if (!healthy_)
+    return MakeHttpError(503,
+                         compute_stalled_     ? "compute has not answered for a while; retry later"
+                         : tokenizer_stalled_ ? "the tokenizer has not answered for a while; retry later"
+                                              : "the model is still loading",
+                         "server_error", "unavailable");
   if (spec.endpoint == Endpoint::kChat && !chat_error_.empty())
     return MakeHttpError(400, chat_error_, "invalid_request_error", "chat_unsupported");
   if (pending_ >= cfg_.queue_size)
@@ -90,7 +96,9 @@ void Engine::Run(const std::function<void()>& stop_http) {
     HandleTokenizer();
     TakeSubmitted();
     CheckClientsGone();
+    CheckDeadlines();
     Dispatch();
+    CheckCompute();
     tok_requests_.ResendStale(Clock::now());
     CheckTokenizerDeadlines();
     std::vector<uint64_t> ids;

@@ -41,6 +41,7 @@
 #include "common/stop_text.h"
 #include "services/server/job.h"
 #include "services/server/metrics.h"
+#include "services/server/request_deadlines.h"
 
 namespace k3::server {
 
@@ -59,6 +60,10 @@ struct EngineConfig {
   // A prompt the tokenizer has not encoded (or a chat not rendered) this long fails with 504;
   // any tokenizer request unanswered this long makes /health 503 until the tokenizer answers.
   std::chrono::milliseconds tokenizer_timeout{std::chrono::seconds(30)};
+  // A liveness Ping compute leaves unanswered this long (and kStepFactor x its longest pass)
+  // makes /health 503 until it answers (compute_liveness.h).
+  std::chrono::milliseconds compute_timeout{std::chrono::seconds(900)};
+  RequestLimits limits{std::chrono::seconds(3600), {}};  // queue_timeout, run_timeout
 };
 
 class Engine {
@@ -86,6 +91,8 @@ class Engine {
     std::string raw[3];           // bytes per ChannelSplitter::Channel
     size_t shown[3] = {0, 0, 0};  // of them, handed out
     bool queued = false, dispatched = false, cancel_sent = false, stop_matched = false;
+    bool run_timed_out = false;  // run_timeout passed: the Cancel ends it as "length"
+    std::chrono::steady_clock::time_point timed_out_at;
     std::chrono::steady_clock::time_point dispatched_at;  // the Generate sent: first-token time starts
     std::chrono::steady_clock::time_point first_token_at, last_token_at;  // arrivals here
     std::optional<ipc::compute::Done> done;
@@ -117,6 +124,8 @@ class Engine {
   void OnControlIds(const std::string& name, const std::vector<int32_t>& ids, const std::string& failure);
   void Dispatch();
   void CheckClientsGone();
+  void CheckDeadlines();  // queue_timeout and run_timeout (request_deadlines.h)
+  void CheckCompute();    // a liveness Ping each second; /health 503 while one is unanswered too long
   void SendCancel(Active& a);  // once, unless compute is done with it
   bool HaveBytes(int32_t id);
   void Process(Active& a);
@@ -147,6 +156,7 @@ class Engine {
   std::string chat_error_;       // why chat cannot run ("" when it can, or not known yet)
   bool control_ids_known_ = false;
   std::atomic<bool> tokenizer_stalled_{false};  // a request has waited past tokenizer_timeout; cleared by any reply
+  std::atomic<bool> compute_stalled_{false};  // a Ping unanswered past its deadline; cleared by any message from compute
   std::atomic<bool> healthy_{false};
 
   // Engine thread only.
@@ -160,6 +170,10 @@ class Engine {
   std::map<std::string, std::vector<int32_t>> control_answers_;
   bool shutdown_ = false;
   ipc::Clock::time_point last_probe_{};
+  std::optional<ipc::Clock::time_point> ping_unanswered_;  // a Ping sent then, nothing from compute since
+  ipc::Clock::time_point last_ping_{};
+  uint64_t ping_nonce_ = 0;
+  double longest_step_ = 0;  // seconds of the longest pass compute reported (Step)
 };
 
 }  // namespace k3::server

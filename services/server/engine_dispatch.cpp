@@ -3,11 +3,14 @@
 // a client that went away gets a Cancel. Compute's replies are filed by request.
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 
 #include "common/end_ids.h"
 #include "common/ipc/protocol.h"
 #include "common/ipc/zmq_channel.h"
 #include "services/server/cache_partition.h"
+#include "services/server/compute_liveness.h"
+#include "services/server/status_headers.h"
 #include "services/server/engine.h"
 #include "services/server/engine_errors.h"
 
@@ -171,8 +174,69 @@ void Engine::CheckClientsGone() {
   for (uint64_t id : drop) Fail(id, ClientGone(), Outcome::kCancelled);
 }
 
+// A request past its queue deadline fails with 503 (its place freed); one past its run deadline
+// gets a Cancel and ends as "length" with what it generated; if compute leaves that Cancel
+// unanswered as long as a Ping may be (a stopped compute), it fails with 504.
+void Engine::CheckDeadlines() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::pair<uint64_t, HttpError>> fail;
+  for (auto& [id, a] : active_) {
+    if (!a.queued) continue;  // still with the tokenizer: tokenizer_timeout's
+    if (a.run_timed_out) {
+      if (!a.done && now - a.timed_out_at > PongDeadline(cfg_.compute_timeout, longest_step_))
+        fail.emplace_back(id, MakeHttpError(504, "compute did not end the request after its run_timeout", "server_error",
+                                            "timeout"));
+      continue;
+    }
+    switch (RequestOverdue(cfg_.limits, a.dispatched, a.job->arrived, a.dispatched_at, now)) {
+      case Overdue::kNo: break;
+      case Overdue::kQueue: {
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g", std::chrono::duration<double>(cfg_.limits.queue_timeout).count());
+        fail.emplace_back(id, WithRetryAfter(MakeHttpError(503, std::string("the request waited ") + secs +
+                                                                    " s for a place in the batch (queue_timeout); retry later",
+                                                                "server_error", "queue_timeout"),
+                                             metrics_.MeanRequestSeconds(), cfg_.max_batch));
+        break;
+      }
+      case Overdue::kRun:
+        a.run_timed_out = true;
+        a.timed_out_at = now;
+        SendCancel(a);
+        break;
+    }
+  }
+  for (auto& [id, e] : fail) Fail(id, std::move(e), Outcome::kFailed);
+}
+
+// One Ping a second while none is unanswered (compute answers between passes); anything from
+// compute answers it. Unanswered past PongDeadline: /health 503 until compute is heard again.
+void Engine::CheckCompute() {
+  const auto now = Clock::now();
+  bool compute_ready;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    compute_ready = ready_.count("compute") > 0;
+  }
+  if (compute_ready && !ping_unanswered_ && now - last_ping_ >= std::chrono::seconds(1)) {
+    try {
+      ipc::SendMessage(compute_, ipc::Encode(cp::Ping{++ping_nonce_}), {}, "compute");
+      ping_unanswered_ = now;
+      last_ping_ = now;
+    } catch (const k3::Error&) {
+      // not connected (yet, or any more): the launcher knows
+    }
+  }
+  const bool stalled = ComputeStalled(ping_unanswered_, now, cfg_.compute_timeout, longest_step_);
+  if (stalled != compute_stalled_) {
+    compute_stalled_ = stalled;
+    UpdateHealth();
+  }
+}
+
 void Engine::HandleCompute() {
   while (auto r = ipc::ReceiveVerified(compute_, true, ipc::DecodeCompute, Clock::now(), rejects_)) {
+    ping_unanswered_.reset();  // whatever compute sends, its loop turns
     if (const auto* t = std::get_if<cp::Token>(&r->message)) {
       const auto it = active_.find(t->request_id);
       if (it == active_.end() || t->index != static_cast<int32_t>(it->second.tokens.size())) continue;
@@ -188,6 +252,7 @@ void Engine::HandleCompute() {
       if (it != active_.end()) it->second.done = *d;
     } else if (const auto* s = std::get_if<cp::Step>(&r->message)) {
       metrics_.OnStep(*s);
+      longest_step_ = std::max(longest_step_, s->seconds);
     }
   }
 }

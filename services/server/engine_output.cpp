@@ -137,7 +137,8 @@ void Engine::Finish(uint64_t id) {
   const cp::Done& done = *a.done;
   running_.erase(id);
   if (done.reason == cp::StopReason::kInterrupted) return Fail(id, ShuttingDown(), Outcome::kFailed);
-  if (done.reason == cp::StopReason::kCancelled && !a.stop_matched) return Fail(id, ClientGone(), Outcome::kCancelled);
+  if (done.reason == cp::StopReason::kCancelled && !a.stop_matched && (!a.run_timed_out || a.job->client_gone))
+    return Fail(id, ClientGone(), Outcome::kCancelled);
   metrics_.Count(Outcome::kCompleted);
   metrics_.Tokens(static_cast<int64_t>(a.prompt.size()), done.stats.generated_tokens, done.stats.cached_tokens);
   const size_t n = a.tokens.size();

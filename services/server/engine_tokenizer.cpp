@@ -102,6 +102,9 @@ void Engine::HandleTokenizer() {
         break;
       case TokKind::kPrompt:
         if (ids) OnPromptIds(p.job, ids->ids);
+        else if (failed && failed->error == tk::Error::kTooLarge)  // its ids would not fit a message
+          Fail(p.job, MakeHttpError(413, "the prompt is too large: " + failed->detail, "invalid_request_error", "prompt_too_large"),
+               Outcome::kInvalid);
         else if (active_.count(p.job))
           Fail(p.job,
                MakeHttpError(400,

@@ -47,7 +47,7 @@ struct Flags {
   server::HttpConfig http;
   bool insecure = false, no_think = false;
   int64_t max_body_bytes = 1 << 20;
-  double tokenizer_timeout = 30;
+  double tokenizer_timeout = 30, compute_timeout = 900, queue_timeout = 3600, run_timeout = 0;
 };
 
 // "HOST:PORT" or "[V6]:PORT" -> host, port.
@@ -155,6 +155,14 @@ int Main(int argc, char** argv) {
                  "the most generated tokens a request may ask for; more: 400 (0: no limit)");
   app.add_option("--tokenizer-timeout", f.tokenizer_timeout,
                  "seconds a prompt may wait for the tokenizer (default 30); then 504, and /health 503 until it answers");
+  app.add_option("--compute-timeout", f.compute_timeout,
+                 "seconds compute may leave a liveness ping unanswered (at least 4x its longest pass; default 900); "
+                 "then /health is 503 until it answers");
+  app.add_option("--queue-timeout", f.queue_timeout,
+                 "seconds a request may wait for a place in the batch (default 3600; 0: none); then 503 with Retry-After");
+  app.add_option("--run-timeout", f.run_timeout,
+                 "seconds a request may run in compute (default 0: none); then it ends with what it generated, "
+                 "finish_reason length");
   app.add_option("--prefill-chunk", f.engine.prefill_chunk, "prompt tokens per forward chunk (0: compute's default)");
   app.add_option("--stop-ids", f.stop_ids, "ids that end every generation (the model's end ids), comma separated");
   app.add_option("--wait-for", f.wait_for, "services whose Ready /health waits for, comma separated");
@@ -190,6 +198,13 @@ int Main(int argc, char** argv) {
   if (!(f.tokenizer_timeout >= 0.1 && f.tokenizer_timeout <= 86400))
     throw UsageError("--tokenizer-timeout must be 0.1 to 86400 seconds");
   f.engine.tokenizer_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.tokenizer_timeout * 1000));
+  if (!(f.compute_timeout >= 0.1 && f.compute_timeout <= 86400))
+    throw UsageError("--compute-timeout must be 0.1 to 86400 seconds");
+  if (!(f.queue_timeout >= 0 && f.queue_timeout <= 604800)) throw UsageError("--queue-timeout must be 0 to 604800 seconds");
+  if (!(f.run_timeout >= 0 && f.run_timeout <= 604800)) throw UsageError("--run-timeout must be 0 to 604800 seconds");
+  auto ms = [](double secs) { return std::chrono::milliseconds(static_cast<int64_t>(secs * 1000)); };
+  f.engine.compute_timeout = ms(f.compute_timeout);
+  f.engine.limits = {ms(f.queue_timeout), ms(f.run_timeout)};
   if (f.engine.context < 2) throw UsageError("--context must be at least 2");
   if (f.engine.vocab < 1) throw UsageError("--vocab-size must be positive");
   if (const std::string bad = MaxTokensPolicyProblem(f.http.max_tokens); !bad.empty()) throw UsageError(bad);

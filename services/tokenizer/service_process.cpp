@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <string>
+#include <variant>
 #include <vector>
 #include <zmq.hpp>
 
@@ -19,6 +21,22 @@ namespace {
 constexpr const char* kService = "tokenizer";
 using Clock = std::chrono::steady_clock;
 using ipc::control::Stat;
+
+// The answer as it goes out. One the receiver would reject for its size (the ids of a prompt
+// of several MiB) is a Failed{TooLarge} instead: a rejected message is never answered, and
+// the request would wait for its deadline.
+ipc::Encoded WithinLimit(const ipc::tokenizer::Message& reply) {
+  ipc::Encoded out = ipc::EncodeAny(reply);
+  if (out.payload.size() <= ipc::kMaxTokenizerPayload) return out;
+  const uint64_t id = std::visit([](const auto& m) { return m.request_id; }, reply);
+  const auto* ids = std::get_if<ipc::tokenizer::EncodedIds>(&reply);
+  return ipc::Encode(ipc::tokenizer::Failed{
+      id, ipc::tokenizer::Error::kTooLarge,
+      (ids ? "the prompt encodes to " + std::to_string(ids->ids.size()) + " ids, whose message is "
+           : std::string("the answer is ")) +
+          std::to_string(out.payload.size() >> 20) + " MiB, over the message limit of " +
+          std::to_string(ipc::kMaxTokenizerPayload >> 20) + " MiB"});
+}
 
 // The service the shell's RunServiceLifecycle drives (common/service/service_shell.h): the
 // vocabulary and the socket around the pure TokenizerService.
@@ -49,7 +67,7 @@ class TokenizerProcess {
       while (auto r = ipc::ReceiveVerified(*sock_, true, ipc::DecodeTokenizer, Clock::now(), rejects_)) {
         const auto h0 = Clock::now();
         std::optional<ipc::tokenizer::Message> reply = core_->Handle(r->message);
-        if (reply) ipc::SendMessage(*sock_, ipc::EncodeAny(*reply), {}, r->identity);
+        if (reply) ipc::SendMessage(*sock_, WithinLimit(*reply), {}, r->identity);
         busy_ += std::chrono::duration<double>(Clock::now() - h0).count();
       }
     }

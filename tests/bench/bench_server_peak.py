@@ -10,7 +10,8 @@ RssFile, RssShmem and Threads (k3-server maps no arena, so its VmHWM is private 
 
 - idle: after /health is 200 (the process overhead and its threads' first pages);
 - body SHAPE: one request whose body is max_body_bytes of one JSON shape (token ids, one long
-  string, many chat messages, an ignored field of nested arrays), then the growth of VmHWM over
+  string, many chat messages, an ignored field of nested arrays, of 60-deep blocks within the
+  parse's depth bound, of empty arrays or objects), then the growth of VmHWM over
   idle per body byte (the body as read, its JSON tree, the prompt);
 - bodies: http_threads connections at once, each with a max_body_bytes body of small ids in an
   ignored field (every request valid: 200);
@@ -130,6 +131,19 @@ def body_of(shape, size):
         pre = head + '[1, 2, 3], "pad": '
         n = (size - len(pre) - 2) // 2
         return (pre + "[" * n + "]" * n + "}").encode()
+    if shape == "deep-blocks":  # nested arrays within the parse's depth bound (64), side by side
+        pre = head + '[1, 2, 3], "pad": ['
+        block = "[" * 60 + "]" * 60
+        n = (size - len(pre) - 4) // (len(block) + 1)
+        return (pre + ",".join([block] * n) + "]}").encode()
+    if shape == "empties":  # an ignored field of empty arrays, one tree node per 3 bytes
+        pre = head + '[1, 2, 3], "pad": ['
+        n = (size - len(pre) - 4) // 3
+        return (pre + ",".join(["[]"] * n) + "]}").encode()
+    if shape == "objects":  # an ignored field of empty objects
+        pre = head + '[1, 2, 3], "pad": ['
+        n = (size - len(pre) - 4) // 3
+        return (pre + ",".join(["{}"] * n) + "]}").encode()
     if shape == "messages":  # chat: many one-letter messages
         one = '{"role": "user", "content": "a"}'
         pre = '{"model": "%s", "max_tokens": 1, "messages": [' % NAME
@@ -172,7 +186,8 @@ def main():
            "Threads %d" % (s.idle["VmHWM"] / mib, s.idle["RssAnon"] / mib, s.idle["RssFile"] / mib, s.idle["Threads"]))
     s.stop()
     # one body of each shape
-    for shape in ("ids", "string", "ignored-ids", "nested", "messages") if "body" in todo else ():
+    for shape in ("ids", "string", "ignored-ids", "nested", "deep-blocks", "empties", "objects",
+                  "messages") if "body" in todo else ():
         s = Serve(bin_dir, tmp, args.context, 1, 16, args.max_body)
         body = body_of(shape, args.max_body)
         path = "/v1/chat/completions" if shape == "messages" else "/v1/completions"

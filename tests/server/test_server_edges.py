@@ -13,6 +13,12 @@
 - HTTP/1.0 never gets `Transfer-Encoding: chunked`; a non-streamed request whose compute dies
   is answered with a 5xx status, not 200 with an error inside;
 - the listen backlog is not httplib's 5;
+- a prompt whose ids would be over the tokenizer's message limit is 413 at once (not the 504 of
+  a reply k3-server would reject);
+- compute stopped (SIGSTOP): /health 503 within compute_timeout + 1 s and 200 after SIGCONT, a
+  request queued behind it 503 after queue_timeout, the running one 504 after run_timeout and
+  compute_timeout (or, compute resumed in time, 200 with finish_reason "length"); a client gone
+  while its Generate waits for a stopped compute has its prefill ended by the Cancel;
 - a request's cache_salt keeps its prefix snapshots from every other salt (and from requests
   without one).
 
@@ -43,6 +49,7 @@ from test_server import NAME, PROMPT, Server, metrics, request  # noqa: E402
 MiB = 1 << 20
 BODY_LIMIT = 20 * MiB  # above the tokenizer's 16 MiB message limit, so a prompt can pass it
 JSON = {"Content-Type": "application/json"}
+COMPUTE_TIMEOUT, QUEUE_TIMEOUT, RUN_TIMEOUT = 2, 3, 4  # seconds (docs/server.md "Limits")
 
 
 def hwm_kib(pid):
@@ -116,9 +123,13 @@ class EdgesTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="k3-server-edges-")
-        # The plan charges http_threads x 48 x max_body_bytes (docs/memory-plan.md): a budget to match.
+        # The plan charges http_threads x 36 x max_body_bytes (docs/memory-plan.md): a budget to match.
+        # Small prefill chunks: a prompt of a few hundred ids takes several passes (a Cancel
+        # between them ends its prefill).
         cls.srv = Server(cls.tmp, ["--budget", "8G", "--queue-size", "1", "--max-body-bytes", str(BODY_LIMIT),
-                                   "--tokenizer-timeout", "2"])
+                                   "--tokenizer-timeout", "2", "--compute-timeout", str(COMPUTE_TIMEOUT),
+                                   "--queue-timeout", str(QUEUE_TIMEOUT), "--run-timeout", str(RUN_TIMEOUT)],
+                         extra="prefill_chunk = 16\n")
         cls.server_pid = service_pid(cls.srv.p.pid, "k3-server")
 
     @classmethod
@@ -217,6 +228,146 @@ class EdgesTest(unittest.TestCase):
         self.assertEqual(after.get(cancelled, 0), before.get(cancelled, 0) + 1)
         # The gone client's 50 tokens never ran: only the 2 of assert_serving.
         self.assertEqual(after["k3_generated_tokens_total"] - before["k3_generated_tokens_total"], 2)
+
+    def test_prompt_whose_ids_are_over_the_message_limit_is_413_at_once(self):
+        # Under the tokenizer's 16 MiB limit as text, over it as ids (4 bytes each): the
+        # tokenizer's answer would be rejected by k3-server (main: 504 after tokenizer_timeout).
+        import random
+        rnd = random.Random(25)
+        text = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz0123456789 .,;") for _ in range(12 * MiB))
+        t0 = time.time()
+        st, body = self.post("/v1/completions", {"model": NAME, "prompt": text, "max_tokens": 1}, timeout=60)
+        took = time.time() - t0
+        print("12 MiB prompt over the limit as ids: %s after %.2f s" % (st, took), file=sys.stderr)
+        self.assertEqual(st, 413, body[:300])
+        err = json.loads(body)["error"]
+        self.assertEqual(err["code"], "prompt_too_large")
+        self.assertIn("over the message limit", err["message"])
+        self.assertEqual(request("GET", self.srv.base + "/health")[0], 200)
+        self.assert_serving()
+
+    def wait_health(self, want, within, why):
+        deadline = time.time() + within
+        while True:
+            st, text = request("GET", self.srv.base + "/health", timeout=5)
+            if st == want:
+                return text
+            self.assertLess(time.time(), deadline, why + ": /health %d %s" % (st, text))
+            time.sleep(0.1)
+
+    def test_stopped_compute_is_unhealthy_and_deadlines_hold(self):
+        # Issue 25 items 2 and 6: a SIGSTOPped compute makes /health 503 within compute_timeout
+        # (+ the 1 s ping period), a request queued behind it is 503 after queue_timeout with
+        # Retry-After, the running one ends after run_timeout (its Cancel unanswered: 504), and
+        # all is well again after SIGCONT.
+        compute = service_pid(self.srv.p.pid, "k3-compute")
+        self.wait_health(200, 10, "healthy before")
+        results = {}
+
+        def ask(name, body):
+            results[name] = (self.post("/v1/completions", body, timeout=60), time.time())
+
+        os.kill(compute, signal.SIGSTOP)
+        try:
+            t0 = time.time()
+            text = self.wait_health(503, COMPUTE_TIMEOUT + 4, "a stopped compute must be unhealthy")
+            print("compute stopped: /health 503 after %.2f s" % (time.time() - t0), file=sys.stderr)
+            self.assertIn("compute", json.loads(text)["error"]["message"])
+            # Submitted while unhealthy: refused at once (503) like any request then.
+            st, text = self.post("/v1/completions", {"model": NAME, "prompt": PROMPT, "max_tokens": 2})
+            self.assertEqual(st, 503, text)
+            self.assertIn("compute has not answered", json.loads(text)["error"]["message"])
+        finally:
+            os.kill(compute, signal.SIGCONT)
+        t0 = time.time()
+        self.wait_health(200, COMPUTE_TIMEOUT + 3, "compute resumed")
+        print("compute resumed: /health 200 after %.2f s" % (time.time() - t0), file=sys.stderr)
+        # Now stop it with a request running and one queued.
+        os.kill(compute, signal.SIGSTOP)
+        try:
+            t0 = time.time()
+            first = threading.Thread(target=ask, args=("running", {"model": NAME, "prompt": PROMPT, "max_tokens": 50}))
+            first.start()
+            time.sleep(0.4)
+            second = threading.Thread(target=ask, args=("queued", {"model": NAME, "prompt": PROMPT, "max_tokens": 2}))
+            second.start()
+            second.join(timeout=30)
+            (st, text), at = results["queued"]
+            self.assertEqual(st, 503, text)
+            err = json.loads(text)["error"]
+            self.assertEqual(err["code"], "queue_timeout")
+            self.assertGreaterEqual(at - t0, QUEUE_TIMEOUT - 0.5)
+            self.assertLess(at - t0, QUEUE_TIMEOUT + 2)
+            first.join(timeout=30)
+            (st, text), at = results["running"]
+            self.assertEqual(st, 504, text)  # run_timeout, then its Cancel unanswered for compute_timeout
+            self.assertLess(at - t0, RUN_TIMEOUT + COMPUTE_TIMEOUT + 2)
+        finally:
+            os.kill(compute, signal.SIGCONT)
+        self.wait_health(200, COMPUTE_TIMEOUT + 3, "compute resumed")
+        self.assert_serving()
+
+    def test_stopped_compute_past_run_timeout_ends_the_request_as_length(self):
+        # The running request is past run_timeout while compute is stopped; compute resumes in
+        # time to answer the Cancel: 200 with what it generated, finish_reason "length". (After
+        # test_stopped_compute_is_...: the pass it stops lasts seconds, and the liveness
+        # deadline grows with the longest pass seen.)
+        compute = service_pid(self.srv.p.pid, "k3-compute")
+        self.wait_health(200, 10, "healthy before")
+        results = {}
+
+        def ask():
+            results["r"] = self.post("/v1/completions", {"model": NAME, "prompt": PROMPT, "max_tokens": 3000,
+                                                          "ignore_eos": True}, timeout=60)
+
+        t0 = time.time()
+        t = threading.Thread(target=ask)
+        t.start()
+        time.sleep(0.3)
+        os.kill(compute, signal.SIGSTOP)
+        try:
+            time.sleep(RUN_TIMEOUT + 0.7 - (time.time() - t0))
+        finally:
+            os.kill(compute, signal.SIGCONT)
+        t.join(timeout=30)
+        st, text = results["r"]
+        self.assertEqual(st, 200, text[:300])
+        r = json.loads(text)
+        self.assertEqual(r["choices"][0]["finish_reason"], "length")
+        self.assertLess(r["usage"]["completion_tokens"], 3000)
+        self.assertLess(time.time() - t0, RUN_TIMEOUT + COMPUTE_TIMEOUT + 2)
+
+    def test_a_client_gone_during_prefill_cancels_it_in_compute(self):
+        # The Generate reaches a stopped compute; the client goes away; compute, resumed, ends
+        # the prompt pass at its next chunk (prefill_chunk 16) by the server's Cancel.
+        compute = service_pid(self.srv.p.pid, "k3-compute")
+        self.wait_health(200, 10, "healthy before")
+        before = metrics(self.srv.base)
+        long_prompt = " ".join("word%d" % i for i in range(300))
+        body = json.dumps({"model": NAME, "prompt": long_prompt, "max_tokens": 50, "ignore_eos": True}).encode()
+        cancels = self.srv.stderr().count("0 tokens generated (ended by cancel)")
+        os.kill(compute, signal.SIGSTOP)
+        try:
+            gone = socket.create_connection(("127.0.0.1", self.srv.port))
+            gone.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            deadline = time.time() + 5
+            while metrics(self.srv.base).get("k3_running_requests", 0) < 1:
+                self.assertLess(time.time(), deadline, "the request did not reach compute")
+                time.sleep(0.05)
+            gone.close()
+            time.sleep(0.5)  # the server notices and sends its Cancel
+        finally:
+            os.kill(compute, signal.SIGCONT)
+        deadline = time.time() + 10
+        while self.srv.stderr().count("0 tokens generated (ended by cancel)") <= cancels:
+            self.assertLess(time.time(), deadline, "compute did not end the prefill by the Cancel")
+            time.sleep(0.1)
+        after = metrics(self.srv.base)
+        cancelled = 'k3_requests_total{outcome="cancelled"}'
+        self.assertEqual(after.get(cancelled, 0), before.get(cancelled, 0) + 1)
+        self.assertEqual(after["k3_generated_tokens_total"], before["k3_generated_tokens_total"])
+        self.assert_serving()
 
     def test_parse_is_bounded_and_strict(self):
         pid = self.server_pid

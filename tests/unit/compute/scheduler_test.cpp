@@ -318,6 +318,34 @@ TEST_F(SchedulerTest, ACancelMidBatchEndsThatRequestOnly) {
   EXPECT_EQ(port_.Dones().front().request_id, 1u);
 }
 
+// k3-server's liveness check (docs/server.md "Compute liveness"): a Ping is answered between
+// passes while requests run (before their Done), and at once when idle; the ids do not change.
+TEST_F(SchedulerTest, APingIsAnsweredBetweenPassesAndWhenIdle) {
+  for (int batch : {1, 2}) {
+    port_.sent.clear();
+    Scheduler& core = Core(batch);
+    const cp::Generate a = Gen(1, {1, 5, 9, 200, 77}, 10);
+    port_.inbox = {a};
+    port_.on_send = [this](const Outgoing& m) {
+      if (const auto* t = std::get_if<cp::Token>(&m); t && t->index == 2) port_.inbox.push_back(cp::Ping{77});
+    };
+    core.Drain();
+    port_.on_send = nullptr;
+    const size_t pong = port_.FirstIndex([](const Outgoing& m) {
+      const auto* p = std::get_if<cp::Pong>(&m);
+      return p && p->nonce == 77;
+    });
+    ASSERT_LT(pong, port_.sent.size()) << "batch " << batch;
+    EXPECT_LT(pong, port_.FirstIndex(IsDone)) << "answered while the request ran";
+    EXPECT_EQ(port_.Tokens(1), Solo(a));
+    port_.inbox = {cp::Ping{78}};
+    const size_t before = port_.sent.size();
+    core.Drain();
+    ASSERT_EQ(port_.sent.size(), before + 1);
+    EXPECT_EQ(std::get<cp::Pong>(port_.sent.back()).nonce, 78u);
+  }
+}
+
 TEST_F(SchedulerTest, AStopIdEndsTheRequestAfterIt) {
   Scheduler& core = Core(2);
   cp::Generate a = Gen(1, {1, 5, 9, 200, 77}, 10);

@@ -104,6 +104,8 @@ TEST(Protocol, ComputeRoundTrip) {
   RoundTrip(compute::Done{2, {3, 8, 1.5, 0.25, 11, 2, 3.75, 12, 9, 6}, compute::StopReason::kCancelled}, DecodeCompute,
             "compute.Done");
   RoundTrip(compute::Cancel{2}, DecodeCompute, "compute.Cancel");
+  RoundTrip(compute::Ping{0x1234567890abcdefULL}, DecodeCompute, "compute.Ping");
+  RoundTrip(compute::Pong{0xfedcba0987654321ULL}, DecodeCompute, "compute.Pong");
   RoundTrip(compute::StateOp{3, compute::StateAction::kLoad, "/tmp/a\xff.k3state", std::string("h\0i", 3)},
             DecodeCompute, "compute.StateOp");
   RoundTrip(compute::StateDone{3, false, "not a k3 state file", 11, {1, 2, 3}, "history"}, DecodeCompute,

@@ -340,6 +340,13 @@ TEST(ServeOptions, TomlKeysAndRules) {
   EXPECT_EQ(check("serve = \"127.0.0.1:1\"\ntokenizer_timeout = 0.1\n").first, 0);
   EXPECT_EQ(check("serve = \"127.0.0.1:1\"\ntokenizer_timeout = 0\n").first, kExitUsage);
   EXPECT_EQ(check("serve = \"127.0.0.1:1\"\ntokenizer_timeout = 86401\n").first, kExitUsage);
+  // The request deadlines (docs/server.md "Limits"): 0 is none for the queue and the run, not
+  // for the liveness ping.
+  EXPECT_EQ(Serving("serve = \"127.0.0.1:1\"\ncompute_timeout = 5\nqueue_timeout = 0\nrun_timeout = 60\n").run_timeout, 60);
+  EXPECT_EQ(Serving("serve = \"127.0.0.1:1\"\n").queue_timeout, 3600);
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\ncompute_timeout = 0\n").first, kExitUsage);
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nqueue_timeout = -1\n").first, kExitUsage);
+  EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nrun_timeout = 604801\n").first, kExitUsage);
   EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nprompt = \"hi\"\n").first, kExitUsage);  // prompts come over HTTP
   EXPECT_EQ(check("serve = \"127.0.0.1:1\"\nchat = true\n").first, kExitUsage);
   EXPECT_EQ(check("api_key = \"k\"\nprompt = \"hi\"\n").first, kExitUsage);  // needs --serve
