@@ -123,7 +123,7 @@ const std::vector<uint64_t>& TokenMasker::Allowed(const State& s) {
   }
   ++misses_;
   const size_t words = static_cast<size_t>((trie_.vocab() + 63) / 64);
-  if (matcher_.InPlainString(s)) {
+  if (string_split_ && matcher_.InPlainString(s)) {
     scratch_ = Interior(s);
     Walk(0, &s, 0, scratch_, Mode::kClosing, s.frames.size());
   } else {
@@ -132,6 +132,13 @@ const std::vector<uint64_t>& TokenMasker::Allowed(const State& s) {
   }
   if ((cache_.size() + 1) * words * 8 > cache_limit_) cache_.clear();  // bounded; results never depend on it
   return cache_.emplace(std::move(key), scratch_).first->second;
+}
+
+void WarmStringInterior(const TokenTrie& trie) {
+  const Matcher m(CompileSchema(nlohmann::ordered_json{{"type", "string"}}));
+  State s;
+  if (!m.Feed(m.Start(), '"', s) || !m.InPlainString(s)) return;
+  TokenMasker(trie, m).Allowed(s);
 }
 
 }  // namespace k3::json_constraint
