@@ -161,7 +161,16 @@ int main(int argc, char** argv) {
     double slowest_computed = 0;
     for (const Slow& x : slow)
       if (x.computed && x.in_string) slowest_computed = std::max(slowest_computed, x.ms);
-    std::printf("slowest computed mask of a string state: %.2f ms\n", slowest_computed);
+    for (const bool in_string : {true, false}) {  // medians and sums: robust against a preempted token, unlike the worst
+      std::vector<double> computed;
+      for (const Slow& x : slow)
+        if (x.computed && x.in_string == in_string) computed.push_back(x.ms);
+      double sum = 0;
+      for (double x : computed) sum += x;
+      std::printf("computed masks %s: %zu, median %.3f ms, sum %.1f ms%s\n", in_string ? "of string states" : "of other states",
+                  computed.size(), k3::Median(computed), sum,
+                  in_string ? (", slowest " + std::to_string(slowest_computed) + " ms").c_str() : "");
+    }
     std::printf("slowest cold masks:");
     for (size_t i = 0; i < std::min<size_t>(5, slow.size()); ++i)
       std::printf(" %.2f ms (%s, %s)", slow[i].ms, slow[i].in_string ? "in a string" : "not in a string",
