@@ -6,7 +6,7 @@ const std::vector<ControlIdQuery>& ControlIdQueries() {
   static const std::vector<ControlIdQuery> q = {{"<|open|>", true}, {"<|close|>", true}, {"<|sep|>", true},
                                                 {"<|end_of_msg|>", true}, {"[EOS]", true}, {"think", false},
                                                 {"response", false}, {"message", false},
-                                                {"tools", false}};
+                                                {"tools", false}, {"call", false}, {"json", false}};
   return q;
 }
 
@@ -30,6 +30,8 @@ std::variant<ChatControlIds, ControlIdProblem> ControlIdsFrom(const std::map<std
   c.response = ids("response");
   c.message = ids("message");
   c.tools = ids("tools");
+  c.call = ids("call");
+  c.json = ids("json");
   return c;
 }
 

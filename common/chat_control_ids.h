@@ -1,6 +1,6 @@
 // The chat template's control ids, as k3-launch --chat and k3-server ask the tokenizer for
 // them: each special token encoded with allow_special (one id each), and the tag names
-// "think", "response", "message" and "tools" as plain text. One list of queries and one check of the answers.
+// "think", "response", "message", "tools", "call" and "json" as plain text. One list of queries and one check of the answers.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -16,7 +16,7 @@ struct ControlIdQuery {
   const char* text;
   bool special;  // Encode.allow_special: a special token, which must be one id
 };
-// <|open|>, <|close|>, <|sep|>, <|end_of_msg|>, [EOS], then think, response, message, tools.
+// <|open|>, <|close|>, <|sep|>, <|end_of_msg|>, [EOS], then think, response, message, tools, call, json.
 const std::vector<ControlIdQuery>& ControlIdQueries();
 
 // Why the answers do not make a K3 chat vocabulary: a special token that is not exactly one

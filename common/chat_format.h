@@ -14,6 +14,7 @@ namespace k3 {
 struct ChatControlIds {
   int32_t open = -1, close = -1, sep = -1, eom = -1, eos = -1;
   std::vector<int32_t> think, response, message, tools;  // the ids of these tag names
+  std::vector<int32_t> call, json;  // a forced call's closing tags (k3-server)
 };
 
 // Splits generated ids into the reasoning, response and tools channels as they arrive:

@@ -171,7 +171,7 @@ void Session::Turn(const std::string& text) {
   auto rendered_msg = CallTokenizer([&](uint64_t id) {
     // The terminal chat declares no tools.
     return ipc::Encode(tk::RenderChat{id, HistoryJsonl(history_), settings_.thinking, settings_.effort, "",
-                                      tk::ToolChoice::kAuto, false});
+                                      tk::ToolChoice::kAuto, false, ""});
   });
   if (!rendered_msg || std::holds_alternative<tk::Failed>(*rendered_msg)) {
     history_.pop_back();

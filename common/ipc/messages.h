@@ -282,6 +282,7 @@ struct RenderChat {
   std::string tools_json;  // bytes: a JSON array, or empty
   ToolChoice tool_choice = ToolChoice::kAuto;
   bool continue_final = false;
+  std::string forced_call;  // "" none
   bool operator==(const RenderChat&) const = default;
 };
 struct Failed {

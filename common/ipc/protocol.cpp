@@ -544,8 +544,9 @@ Encoded Encode(const tokenizer::RenderChat& m) {
   auto hist = BytesVec(fbb, m.history_jsonl);
   auto effort = fbb.CreateString(m.thinking_effort);
   auto tools = BytesVec(fbb, m.tools_json);
+  auto forced = fbb.CreateString(m.forced_call);
   auto msg = fbt::CreateRenderChat(fbb, m.request_id, hist, m.thinking, effort, tools,
-                                   static_cast<fbt::ToolChoice>(m.tool_choice), m.continue_final);
+                                   static_cast<fbt::ToolChoice>(m.tool_choice), m.continue_final, forced);
   fbt::FinishSizePrefixedEnvelopeBuffer(fbb, fbt::CreateEnvelope(fbb, fbt::Message::RenderChat, msg.Union()));
   return Finish(fbb, Protocol::kTokenizer, fbt::Message::RenderChat);
 }
@@ -584,7 +585,8 @@ Result<tokenizer::Message> DecodeTokenizer(std::span<const uint8_t> kind, std::s
             if (m->tool_choice() > fbt::ToolChoice::MAX) return R::Fail("RenderChat.tool_choice out of range");
             return R::Ok(tokenizer::RenderChat{m->request_id(), Bytes(m->history_jsonl()), m->thinking(),
                                                Str(m->thinking_effort()), Bytes(m->tools_json()),
-                                               static_cast<tokenizer::ToolChoice>(m->tool_choice()), m->continue_final()});
+                                               static_cast<tokenizer::ToolChoice>(m->tool_choice()), m->continue_final(),
+                                               Str(m->forced_call())});
           }
           case fbt::Message::Failed: {
             const auto* m = e->message_as_Failed();

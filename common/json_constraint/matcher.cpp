@@ -397,4 +397,18 @@ bool Matcher::Unchanged(const State& s, uint8_t b) const {
   return n.kind == Kind::kString && n.format == Format::kNone;
 }
 
+bool Matcher::InPlainString(const State& s) const {
+  if (s.ends.size() != 1 || s.frames.empty()) return false;
+  const Frame& f = s.frames.back();
+  if (f.node < 0 || f.phase == kStrStart) return false;
+  const Node& n = g_.nodes[static_cast<size_t>(f.node)];
+  return n.kind == Kind::kString && n.format == Format::kNone;
+}
+
+std::string Matcher::InteriorKey(const State& s) {
+  Frame f = s.frames.back();
+  f.node = 0;
+  return std::string(reinterpret_cast<const char*>(&f), sizeof f);
+}
+
 }  // namespace k3::json_constraint

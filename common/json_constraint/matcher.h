@@ -44,6 +44,12 @@ class Matcher {
   bool Accepting(const State& s) const;
   // True when Feed(s, b) would give s itself (a plain character inside an ordinary string).
   bool Unchanged(const State& s, uint8_t b) const;
+  // True when s is one stack whose top is an ordinary string (no format) past its opening
+  // quote: until a '"' closes it, every byte's fate depends on that frame's own fields alone.
+  bool InPlainString(const State& s) const;
+  // That frame's fields without its node (every ordinary string reads bytes alike): what the
+  // string interior allows is a function of this key.
+  static std::string InteriorKey(const State& s);
 
  private:
   enum class Step { kConsumed, kReject, kDone, kDoneRefeed, kValue };

@@ -55,6 +55,12 @@ TokenTrie::TokenTrie(std::vector<std::string> tokens) : tokens_(std::move(tokens
   for (size_t n = byte_.size(); n-- > 0;)
     for (uint32_t c = first_child_[n]; c != kNone; c = next_sibling_[c])
       if (!PlainStringByte(byte_[c]) || !plain_below_[c]) plain_below_[n] = 0;
+  quote_here_or_below_.assign(byte_.size(), 0);
+  for (size_t n = byte_.size(); n-- > 0;) {
+    if (n > 0 && byte_[n] == '"') quote_here_or_below_[n] = 1;
+    for (uint32_t c = first_child_[n]; c != kNone; c = next_sibling_[c])
+      if (quote_here_or_below_[c]) quote_here_or_below_[n] = 1;
+  }
 }
 
 TokenMasker::TokenMasker(const TokenTrie& trie, const Matcher& matcher, size_t cache_bytes)
@@ -67,13 +73,15 @@ void TokenMasker::SetIds(uint32_t begin, uint32_t end, std::vector<uint64_t>& bi
   }
 }
 
-void TokenMasker::Walk(uint32_t node, const State* s, size_t depth, std::vector<uint64_t>& bits) {
+void TokenMasker::Walk(uint32_t node, const State* s, size_t depth, std::vector<uint64_t>& bits, Mode mode,
+                       size_t frames) {
   const TokenTrie& t = trie_;
   for (uint32_t c = t.first_child_[node]; c != TokenTrie::kNone; c = t.next_sibling_[c]) {
+    if (mode == Mode::kClosing && !t.quote_here_or_below_[c]) continue;  // stays inside: the interior mask's
     const uint8_t b = t.byte_[c];
     const State* next = s;
     if (matcher_.Unchanged(*s, b)) {
-      if (t.plain_below_[c]) {  // every token below stays inside the string
+      if (t.plain_below_[c] && mode != Mode::kClosing) {  // every token below stays inside the string
         SetIds(t.ids_begin_[c], t.ids_begin_[t.subtree_end_[c]], bits);
         continue;
       }
@@ -82,9 +90,29 @@ void TokenMasker::Walk(uint32_t node, const State* s, size_t depth, std::vector<
       if (!matcher_.Feed(*s, b, out)) continue;
       next = &out;
     }
+    Mode below = mode;
+    if (mode != Mode::kAll && (next->ends.size() != 1 || next->frames.size() != frames)) {  // the string closed
+      if (mode == Mode::kInterior) continue;
+      below = Mode::kAll;
+    }
     SetIds(t.ids_begin_[c], t.ids_begin_[c + 1], bits);
-    if (t.first_child_[c] != TokenTrie::kNone) Walk(c, next, depth + 1, bits);
+    if (t.first_child_[c] != TokenTrie::kNone) Walk(c, next, depth + 1, bits, below, frames);
   }
+}
+
+const std::vector<uint64_t>& TokenMasker::Interior(const State& s) {
+  const std::string key = Matcher::InteriorKey(s);
+  std::lock_guard<std::mutex> lock(trie_.interior_mu_);  // map nodes are stable: the reference outlives the lock
+  if (const auto it = trie_.interior_.find(key); it != trie_.interior_.end()) return it->second;
+  std::vector<uint64_t> bits(static_cast<size_t>((trie_.vocab() + 63) / 64), 0);
+  Walk(0, &s, 0, bits, Mode::kInterior, s.frames.size());
+  return trie_.interior_.emplace(key, std::move(bits)).first->second;
+}
+
+std::vector<uint64_t> TokenMasker::AllowedByFullWalk(const State& s) {
+  std::vector<uint64_t> bits(static_cast<size_t>((trie_.vocab() + 63) / 64), 0);
+  Walk(0, &s, 0, bits, Mode::kAll, 0);
+  return bits;
 }
 
 const std::vector<uint64_t>& TokenMasker::Allowed(const State& s) {
@@ -95,10 +123,22 @@ const std::vector<uint64_t>& TokenMasker::Allowed(const State& s) {
   }
   ++misses_;
   const size_t words = static_cast<size_t>((trie_.vocab() + 63) / 64);
-  scratch_.assign(words, 0);
-  Walk(0, &s, 0, scratch_);
+  if (string_split_ && matcher_.InPlainString(s)) {
+    scratch_ = Interior(s);
+    Walk(0, &s, 0, scratch_, Mode::kClosing, s.frames.size());
+  } else {
+    scratch_.assign(words, 0);
+    Walk(0, &s, 0, scratch_, Mode::kAll, 0);
+  }
   if ((cache_.size() + 1) * words * 8 > cache_limit_) cache_.clear();  // bounded; results never depend on it
   return cache_.emplace(std::move(key), scratch_).first->second;
+}
+
+void WarmStringInterior(const TokenTrie& trie) {
+  const Matcher m(CompileSchema(nlohmann::ordered_json{{"type", "string"}}));
+  State s;
+  if (!m.Feed(m.Start(), '"', s) || !m.InPlainString(s)) return;
+  TokenMasker(trie, m).Allowed(s);
 }
 
 }  // namespace k3::json_constraint

@@ -20,6 +20,7 @@ std::shared_ptr<jc::Constrained> ConstraintLibrary::For(const ipc::compute::Cons
       if (v.IdBytes(id, &bytes)) tokens[id] = std::string(bytes);
     }
     trie_ = std::make_unique<jc::TokenTrie>(std::move(tokens));
+    jc::WarmStringInterior(*trie_);  // once per process, not at a request's first string
   }
   auto it = compiled_.find(c.schema);
   if (it == compiled_.end()) {

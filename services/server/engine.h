@@ -136,7 +136,7 @@ class Engine {
   bool ToolBytesKnown(Active& a);
   void UpdateHealth();
   std::vector<int32_t> StopIdsFor(const Active& a) const;
-  std::vector<int32_t> ConstraintEnd(Endpoint endpoint) const;  // the ids forced after a constrained value
+  std::vector<int32_t> ConstraintEnd(const RequestSpec& spec) const;  // the ids forced after a constrained value
 
   zmq::context_t& ctx_;
   svc::ControlLink& ctl_;

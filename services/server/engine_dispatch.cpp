@@ -39,7 +39,8 @@ void Engine::TakeSubmitted() {
     const bool sent = SendTokenizer(TokPending{TokKind::kPrompt, id, -1, {}}, [&](uint64_t tid) {
       return spec.endpoint == Endpoint::kChat
                  ? ipc::Encode(tk::RenderChat{tid, HistoryJsonl(spec.messages), spec.thinking, spec.effort,
-                                                       spec.tools_json, spec.tools.choice, spec.continue_final})
+                                                       spec.tools_json, spec.tools.choice, spec.continue_final,
+                                                       spec.forced_call})
                  : ipc::Encode(tk::Encode{tid, spec.prompt_text, false});
     });
     if (!sent)
@@ -73,9 +74,10 @@ void Engine::OnPromptIds(uint64_t id, std::vector<int32_t> ids) {
   if (a.job->spec.json_schema && a.job->spec.endpoint != Endpoint::kChat && cfg_.stop_ids.empty())
     return invalid("'response_format' needs an end id to end the value with, and this model has none", "");
   a.prompt = std::move(ids);
-  if (a.split && a.job->spec.continue_final) {
-    // The message the model continues: its channels so far (after its <|open|>message ...<|sep|>)
-    // go through the splitter first; its tools channel's ids are the start of the reply's.
+  if (a.split && (a.job->spec.continue_final || !a.job->spec.forced_call.empty())) {
+    // The message the model continues (or a forced call's, opened by the template): its channels
+    // so far (after its <|open|>message ...<|sep|>) go through the splitter first; its tools
+    // channel's ids are the start of the reply's.
     size_t start = 0;
     for (size_t i = a.prompt.size(); i-- > 0;)
       if (a.prompt[i] == chat_ids_->eom) {
@@ -102,12 +104,22 @@ std::vector<int32_t> Engine::StopIdsFor(const Active& a) const {
 
 // What follows a constrained answer's value: a chat closes the response channel and the
 // message as the template renders them; a completion ends with the model's first end id.
-std::vector<int32_t> Engine::ConstraintEnd(Endpoint endpoint) const {
-  if (endpoint != Endpoint::kChat) return {cfg_.stop_ids.at(0)};  // OnPromptIds refused a model without
+// A forced call's arguments close their json segment, the call and the tools channel first.
+std::vector<int32_t> Engine::ConstraintEnd(const RequestSpec& spec) const {
+  if (spec.endpoint != Endpoint::kChat) return {cfg_.stop_ids.at(0)};  // OnPromptIds refused a model without
   const ChatControlIds& c = *chat_ids_;
   std::vector<int32_t> ids = {c.close};
-  ids.insert(ids.end(), c.response.begin(), c.response.end());
-  ids.insert(ids.end(), {c.sep, c.close});
+  auto close = [&](const std::vector<int32_t>& tag) {  // after a <|close|>: TAG <|sep|> <|close|>
+    ids.insert(ids.end(), tag.begin(), tag.end());
+    ids.insert(ids.end(), {c.sep, c.close});
+  };
+  if (spec.forced_call.empty()) {
+    close(c.response);
+  } else {
+    close(c.json);
+    close(c.call);
+    close(c.tools);
+  }
   ids.insert(ids.end(), c.message.begin(), c.message.end());
   ids.insert(ids.end(), {c.sep, c.eom});
   return ids;
@@ -133,7 +145,7 @@ void Engine::Dispatch() {
     // A chat's conversation before its newest message (its preamble, for a first message):
     // a prefix snapshot there serves the next conversation with the same system prompt.
     if (spec.endpoint == Endpoint::kChat) g.snapshot_at = static_cast<int32_t>(BeforeNewestMessage(a.prompt, chat_ids_->eom));
-    if (spec.json_schema) g.constraint = cp::Constraint{*spec.json_schema, ConstraintEnd(spec.endpoint)};
+    if (spec.json_schema) g.constraint = cp::Constraint{*spec.json_schema, ConstraintEnd(spec)};
     try {
       ipc::SendMessage(compute_, ipc::Encode(g), {}, "compute");
     } catch (const k3::Error&) {

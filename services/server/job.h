@@ -52,6 +52,9 @@ struct RequestSpec {
   std::string tools_json;   // chat: the `tools` array as JSON ("" = none declared)
   ToolRules tools;          // chat: what a reply may call
   bool continue_final = false;  // chat: the model continues the last (assistant) message
+  // chat: a forced call of this function ("" none): the prompt opens its arguments, json_schema
+  // holds its `parameters` (docs/server.md "Tool calls")
+  std::string forced_call;
 };
 
 // One generated token as logprobs show it: its bytes, logprob and the most likely alternatives.

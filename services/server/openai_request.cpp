@@ -270,6 +270,16 @@ std::variant<RequestSpec, HttpError> ParseRequest(const std::string& body_text, 
     }
     if (const json* t = Field(body, "tools"); t && endpoint != Endpoint::kChat && !(t->is_array() && t->empty()))
       throw Bad{"'tools' is not supported on /v1/completions"};
+    if (!r.tools_json.empty()) {  // a forced call: its arguments are constrained by its parameters
+      const ForcedCallFormat forced = ParseForcedCall(nlohmann::ordered_json::parse(body_text)["tools"], r.tools);
+      if (!forced.error.empty()) throw Bad{forced.error};
+      if (!forced.name.empty()) {
+        if (const std::string bad = ConstrainedRequestConflict(body, "a forced tool call"); !bad.empty()) throw Bad{bad};
+        r.forced_call = forced.name;
+        r.json_schema = forced.schema;
+        r.thinking = false;  // the call comes at once: the template opens it after an empty response
+      }
+    }
   } catch (const ToolFieldError& b) {
     return Invalid(b.message, "param");
   } catch (const Bad& b) {

@@ -1,6 +1,7 @@
 #include "services/server/response_format.h"
 
 #include "common/json_constraint/schema.h"
+#include "services/server/tool_calls.h"
 
 namespace k3::server {
 namespace {
@@ -44,6 +45,8 @@ OutputFormat FromResponseFormat(const ordered& rf) {
   const ordered* schema = Find(*js, "schema");
   if (!schema || !schema->is_object()) return {std::nullopt, "'response_format.json_schema.schema' must be an object"};
   if (std::string bad = Refusal(*schema, "response_format.json_schema.schema"); !bad.empty()) return {std::nullopt, bad};
+  if (const ordered* strict = Find(*js, "strict"); strict && *strict == true)
+    if (std::string bad = StrictRefusal(*schema, "response_format.json_schema.schema"); !bad.empty()) return {std::nullopt, bad};
   return {schema->dump(), ""};
 }
 
@@ -73,18 +76,88 @@ OutputFormat ParseOutputFormat(const nlohmann::json& body, const std::string& bo
   return {schema.dump(), ""};
 }
 
-std::string ConstrainedRequestConflict(const nlohmann::json& body) {
+std::string ConstrainedRequestConflict(const nlohmann::json& body, const std::string& what) {
   auto given = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
-  if (given("stop")) return "'stop' cannot be combined with a constrained 'response_format' (a stop string could cut the value)";
-  if (given("ignore_eos") && body["ignore_eos"] == true) return "'ignore_eos' cannot be combined with a constrained 'response_format'";
+  if (given("stop")) return "'stop' cannot be combined with " + what + " (a stop string could cut the value)";
+  if (given("ignore_eos") && body["ignore_eos"] == true) return "'ignore_eos' cannot be combined with " + what;
   // The constraint applies to the answer; a chat's thinking is turned off for it (docs/server.md).
   if (given("reasoning_effort") && body["reasoning_effort"] != "none")
-    return "a constrained 'response_format' turns thinking off: 'reasoning_effort' must be none or absent";
+    return what + " turns thinking off: 'reasoning_effort' must be none or absent";
   if (given("chat_template_kwargs") && body["chat_template_kwargs"].is_object())
     for (const char* key : {"thinking", "enable_thinking"})
       if (body["chat_template_kwargs"].value(key, false) == true)
-        return std::string("a constrained 'response_format' turns thinking off: 'chat_template_kwargs.") + key + "' must not be true";
+        return what + " turns thinking off: 'chat_template_kwargs." + key + "' must not be true";
   return "";
+}
+
+namespace {
+
+bool IsObjectSchema(const ordered& s) {
+  if (s.contains("properties")) return true;
+  const auto t = s.find("type");
+  if (t == s.end()) return false;
+  if (t->is_string()) return *t == "object";
+  if (t->is_array())
+    for (const ordered& x : *t)
+      if (x == "object") return true;
+  return false;
+}
+
+std::string StrictWalk(const ordered& s, const std::string& where, const std::string& at) {
+  if (!s.is_object()) return "";
+  const std::string place = at.empty() ? "at the root" : "at " + at;
+  if (IsObjectSchema(s)) {
+    const auto ap = s.find("additionalProperties");
+    if (ap == s.end() || *ap != false)
+      return "'" + where + "': strict: true needs 'additionalProperties': false in every object (" + place + ")";
+    const ordered* props = Find(s, "properties");
+    const ordered* req = Find(s, "required");
+    if (props && props->is_object())
+      for (const auto& [key, _] : props->items()) {
+        bool listed = false;
+        if (req && req->is_array())
+          for (const ordered& r : *req) listed = listed || r == key;
+        if (!listed)
+          return "'" + where + "': strict: true needs every property in 'required' ('" + key + "' " + place + " is not)";
+      }
+  }
+  for (const char* map : {"properties", "$defs", "definitions"})
+    if (const ordered* m = Find(s, map); m && m->is_object())
+      for (const auto& [key, sub] : m->items())
+        if (std::string bad = StrictWalk(sub, where, at + "/" + map + "/" + key); !bad.empty()) return bad;
+  if (const ordered* items = Find(s, "items"))
+    if (std::string bad = StrictWalk(*items, where, at + "/items"); !bad.empty()) return bad;
+  if (const ordered* any = Find(s, "anyOf"); any && any->is_array())
+    for (size_t i = 0; i < any->size(); ++i)
+      if (std::string bad = StrictWalk((*any)[i], where, at + "/anyOf/" + std::to_string(i)); !bad.empty()) return bad;
+  return "";
+}
+
+}  // namespace
+
+std::string StrictRefusal(const ordered& schema, const std::string& where) {
+  if (schema.contains("anyOf") || !IsObjectSchema(schema))
+    return "'" + where + "': strict: true needs an object schema at the root (not anyOf)";
+  return StrictWalk(schema, where, "");
+}
+
+ForcedCallFormat ParseForcedCall(const ordered& tools, const ToolRules& rules) {
+  const std::vector<ForcedCall> forced = ForcedCallSchemas(tools, rules);
+  // Only one function's call can be constrained: its name is in the call's tag, before the arguments.
+  const bool one = forced.size() == 1;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ordered& f = tools[i].at("function");
+    if (f.contains("strict") && f["strict"] == true && !(one && forced[0].index == i))
+      return {"", "", "'tools[" + std::to_string(i) + "].function.strict': true needs this function's call forced "
+                      "('tool_choice' naming it, or \"required\" with it the only tool): k3 constrains a forced call's arguments only"};
+  }
+  if (!one) return {};
+  const ForcedCall& c = forced[0];
+  const std::string where = "tools[" + std::to_string(c.index) + "].function.parameters";
+  if (std::string bad = Refusal(c.parameters, where); !bad.empty()) return {"", "", bad};
+  if (c.strict)
+    if (std::string bad = StrictRefusal(c.parameters, where); !bad.empty()) return {"", "", bad};
+  return {c.name, c.parameters.dump(), ""};
 }
 
 }  // namespace k3::server

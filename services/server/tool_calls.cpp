@@ -252,16 +252,19 @@ ToolCallsParse ParseToolCalls(const std::vector<XtmlPiece>& p, const ToolRules& 
   return r;
 }
 
-std::vector<ForcedCall> ForcedCallSchemas(const std::string& tools_json, const ToolRules& rules) {
+std::vector<ForcedCall> ForcedCallSchemas(const nlohmann::ordered_json& tools, const ToolRules& rules) {
   std::vector<ForcedCall> out;
   if (rules.choice != ToolChoice::kRequired && rules.choice != ToolChoice::kNamed) return out;
-  const nlohmann::json tools = nlohmann::json::parse(tools_json);
-  for (const nlohmann::json& t : tools) {
-    const nlohmann::json& f = t.at("function");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const nlohmann::ordered_json& f = tools[i].at("function");
     const std::string name = f.at("name").get<std::string>();
     if (rules.choice == ToolChoice::kNamed && name != rules.named) continue;
-    out.push_back({name, f.contains("parameters") ? f["parameters"]
-                                                  : nlohmann::json{{"type", "object"}, {"properties", nlohmann::json::object()}}});
+    const bool strict = f.contains("strict") && f["strict"] == true;
+    out.push_back({name,
+                   f.contains("parameters") && !f["parameters"].is_null()
+                       ? f["parameters"]
+                       : nlohmann::ordered_json{{"type", "object"}, {"properties", nlohmann::ordered_json::object()}},
+                   i, strict});
   }
   return out;
 }

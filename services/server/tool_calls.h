@@ -50,14 +50,16 @@ struct ToolCallsParse {
 // it is a problem. Calls are checked against `rules` (declared, the choice, parallel).
 ToolCallsParse ParseToolCalls(const std::vector<XtmlPiece>& body, const ToolRules& rules, bool final);
 
-// The seam for constrained sampling of a forced call (tool_choice `required` or a named
-// function): the functions the call may name, each with the JSON schema its arguments must
-// satisfy (`parameters`; {"type": "object", "properties": {}} when absent). Empty when no call is
-// forced. `tools_json` is the request's `tools` array. Nothing constrains sampling with it yet.
+// The calls a forced reply (tool_choice `required` or a named function) may make: the functions
+// it may name, each with the JSON schema its arguments must satisfy (`parameters`, in the
+// request's key order; {"type": "object", "properties": {}} when absent). Empty when no call is
+// forced. `tools` is the request's `tools` array as sent (forced_call.h constrains with it).
 struct ForcedCall {
   std::string name;
-  nlohmann::json parameters;
+  nlohmann::ordered_json parameters;
+  size_t index = 0;     // in `tools`
+  bool strict = false;  // function.strict
 };
-std::vector<ForcedCall> ForcedCallSchemas(const std::string& tools_json, const ToolRules& rules);
+std::vector<ForcedCall> ForcedCallSchemas(const nlohmann::ordered_json& tools, const ToolRules& rules);
 
 }  // namespace k3::server

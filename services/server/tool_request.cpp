@@ -50,11 +50,8 @@ void ParseToolFields(const json& body, RequestSpec& spec) {
         Fail(at + ".function.name must be 1-64 letters, digits, '_' or '-'");
       if (const json* d = Field(*f, "description"); d && !d->is_string()) Fail(at + ".function.description must be a string");
       if (const json* p = Field(*f, "parameters"); p && !p->is_object()) Fail(at + ".function.parameters must be a JSON schema object");
-      if (const json* s = Field(*f, "strict")) {
-        if (!s->is_boolean()) Fail(at + ".function.strict must be true or false");
-        // Constrained sampling of the arguments is not wired yet (docs/server.md "Tool calls").
-        if (s->get<bool>()) Fail(at + ".function.strict: true is not supported: k3 does not constrain tool arguments yet");
-      }
+      // strict: true is kept only for a forced call (response_format.h ParseForcedCall).
+      if (const json* s = Field(*f, "strict"); s && !s->is_boolean()) Fail(at + ".function.strict must be true or false");
       const std::string n = name->get<std::string>();
       if (std::find(spec.tools.declared.begin(), spec.tools.declared.end(), n) != spec.tools.declared.end())
         Fail("'tools' declares the function '" + n + "' twice");

@@ -97,6 +97,8 @@ std::vector<uint32_t> ChatTemplate::Render(const std::vector<ChatMessage>& messa
                              opt.tool_choice != ToolChoice::kAuto))
     throw BadInput("continuing the final message needs a conversation that ends with an assistant message, "
                    "no generation prompt and no tool choice");
+  if (!opt.forced_call.empty() && (opt.thinking || !add_generation_prompt))
+    throw BadInput("a forced call needs thinking off and a generation prompt");
   if (add_generation_prompt &&
       (messages.empty() || (messages.back().role != Role::kUser && messages.back().role != Role::kTool)))
     throw BadInput("a generation prompt needs a transcript that ends with a user or tool message");
@@ -155,6 +157,10 @@ std::vector<uint32_t> ChatTemplate::Render(const std::vector<ChatMessage>& messa
   if (add_generation_prompt) {
     Control("<|open|>message role=\"assistant\"<|sep|>", &out);
     Control(opt.thinking ? "<|open|>think<|sep|>" : "<|open|>response<|sep|>", &out);
+    if (!opt.forced_call.empty()) {
+      Control("<|close|>response<|sep|>", &out);  // the empty response, then the calls (figure 16)
+      Append(ForcedCallOpening(opt.forced_call), &out);
+    }
   }
   return out;
 }

@@ -36,6 +36,10 @@ struct ChatOptions {
   // open, its response channel (or, with tool calls, its tools channel) not closed; then no
   // generation prompt and no tool-choice message.
   bool continue_final = false;
+  // A forced call of this function (k3-server's tool_choice `required` or named, docs/server.md
+  // "Tool calls"): the generation prompt (thinking off) goes on into the tools channel with the
+  // call's arguments open as a json segment, which the constrained value fills; "" none.
+  std::string forced_call = {};
 };
 
 // Exact text of the thinking-effort preamble for effort E.

@@ -111,6 +111,7 @@ tk::Message TokenizerService::OnRenderChat(const tk::RenderChat& m) {
     opt.tools_json = m.tools_json;
     opt.tool_choice = static_cast<ToolChoice>(m.tool_choice);  // the same four values, in the same order
     opt.continue_final = m.continue_final;
+    opt.forced_call = m.forced_call;
     return tk::EncodedIds{m.request_id, ToWire(ChatTemplate(tok_).Render(msgs, opt, !m.continue_final))};
   } catch (const Error& e) {
     return Fail(m.request_id, tk::Error::kBadInput, e.what());

@@ -102,6 +102,14 @@ std::string ArgumentValueText(const ojson& v) {
 
 }  // namespace
 
+Segments ForcedCallOpening(const std::string& name) {
+  Segments out;
+  OpenTag("tools", {}, &out);
+  OpenTag("call", {{"tool", name}, {"index", "1"}}, &out);
+  OpenTag("json", {{"type", "object"}}, &out);
+  return out;
+}
+
 Segments ToolsChannel(const std::vector<ToolCall>& calls) {
   Segments out;
   OpenTag("tools", {}, &out);

@@ -51,6 +51,11 @@ Segments ToolDeclaration(const std::string& tools_json);
 // that is not a string is written as Python's json.dumps writes it (", " and ": ", keys in
 // their order, non-ASCII as is), the encoder's way.
 Segments ToolsChannel(const std::vector<ToolCall>& calls);
+// A forced call's opening, the tools channel up to its arguments: <|open|>tools<|sep|>
+// <|open|>call tool="NAME" index="1"<|sep|><|open|>json type="object"<|sep|>. The json segment
+// (not argument elements) because the constrained value is one JSON object; what closes it is
+// <|close|>json<|sep|><|close|>call<|sep|><|close|>tools<|sep|>.
+Segments ForcedCallOpening(const std::string& name);
 // The tool-choice message (empty for kAuto).
 Segments ToolChoiceMessage(ToolChoice choice);
 

@@ -63,6 +63,11 @@ class PortZeroServer(Server):
             self.report = json.load(f)
         self.port = self.report["port"]
         self.base = "http://127.0.0.1:%d" % self.port
+        # --out is written once every service is ready; /health turns 200 a few tokenizer round
+        # trips later (the chat control ids), so a first request must wait for it as a client would.
+        while raw(self.port, "GET", "/health")[0] != 200:
+            assert time.time() < deadline, "no /health 200 within 60 s: " + self.stderr()
+            time.sleep(0.05)
 
 
 def raw(port, method, path, body=b"", headers=None):

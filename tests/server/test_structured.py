@@ -2,8 +2,11 @@
 client (client.mjs) asking for response_format json_schema / json_object under sampling
 (temperature 1, four seeds, batched). Every reply must parse and validate against the schema
 by Python's jsonschema (an independent validator); the same requests without the constraint
-must not all do so (the check can fail). Same seed: the same ids alone and in a batch. And the
-400s: a keyword outside the subset, the fields k3 refuses, the contradicting options.
+must not all do so (the check can fail). Same seed: the same ids alone and in a batch. A forced
+tool call (tool_choice named or required, the function strict) likewise: every call parses and
+validates against its parameters, streamed too, and the same prompt with tool_choice auto does not
+always. And the 400s: a keyword outside the subset, strict: true outside OpenAI's strict subset,
+the fields k3 refuses, the contradicting options.
 Environment as test_server.py; exit 77 without the openai package or jsonschema.
 """
 import json
@@ -47,8 +50,33 @@ def chat(seed, constrained=True, max_tokens=200, **extra):
     p = dict(model=NAME, messages=[{"role": "user", "content": "Describe a fortune as JSON."}], temperature=1,
              seed=seed, max_tokens=max_tokens, return_token_ids=True, **extra)
     if constrained:
-        p["response_format"] = {"type": "json_schema", "json_schema": {"name": "fortune", "schema": SCHEMA, "strict": True}}
+        # strict false: SCHEMA has optional properties, which strict: true refuses (OpenAI's rule);
+        # k3 constrains all the same.
+        p["response_format"] = {"type": "json_schema", "json_schema": {"name": "fortune", "schema": SCHEMA, "strict": False}}
     return p
+
+
+# A forced call's arguments (strict: OpenAI's subset: every property required, no others).
+ARGS = {
+    "type": "object",
+    "properties": {"city": {"enum": ["Paris", "Oslo", "Lima"]}, "days": {"type": "integer"},
+               "metric": {"type": "boolean"}, "hours": {"type": "array", "items": {"type": "integer"}, "maxItems": 2}},
+    "required": ["city", "days", "metric", "hours"],
+    "additionalProperties": False,
+}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "the weather", "parameters": ARGS,
+                                           "strict": True}}]
+
+
+def forced(seed, choice, max_tokens=200, tools=TOOLS):
+    return dict(model=NAME, messages=[{"role": "user", "content": "Weather in Oslo?"}], temperature=1, seed=seed,
+                max_tokens=max_tokens, return_token_ids=True, tools=tools, tool_choice=choice)
+
+
+def valid_call(choice, name="get_weather"):
+    calls = choice["message"].get("tool_calls") or []
+    return (choice["finish_reason"] == "tool_calls" and len(calls) == 1 and calls[0]["function"]["name"] == name
+            and validates(calls[0]["function"]["arguments"], ARGS))
 
 
 def validates(text, schema):
@@ -88,6 +116,30 @@ class StructuredTest(unittest.TestCase):
         ok = [validates(r["response"]["choices"][0]["message"]["content"], SCHEMA) for r in free]
         self.assertFalse(all(ok), "the unconstrained demo model validated every time: the test cannot fail")
 
+    def test_forced_call_always_parses_and_validates_same_ids_alone_and_not_without_the_constraint(self):
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        got = self.srv.client("concurrent", list=[forced(s, named if s % 2 else "required") for s in SEEDS])
+        args = []
+        for s, r in zip(SEEDS, got):
+            self.assertIn("response", r, r)
+            choice = r["response"]["choices"][0]
+            self.assertTrue(valid_call(choice), "seed %d: %r" % (s, choice))
+            args.append(choice["message"]["tool_calls"][0]["function"]["arguments"])
+        self.assertGreater(len(set(args)), 1, "sampling gave the same arguments for every seed")
+        alone = self.srv.client("create", params=forced(2, "required"))["response"]["choices"][0]
+        self.assertEqual(alone["token_ids"], got[SEEDS.index(2)]["response"]["choices"][0]["token_ids"])
+        # Streamed: the deltas join to the same call.
+        chunks = self.srv.client("create", params=dict(forced(3, named), stream=True))["chunks"]
+        parts = [tc for c in chunks if c["choices"] for tc in (c["choices"][0]["delta"].get("tool_calls") or [])]
+        self.assertEqual("".join(p["function"].get("arguments") or "" for p in parts), args[SEEDS.index(3)])
+        self.assertEqual([c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1], "tool_calls")
+        # Without the constraint (tool_choice auto, the same prompt otherwise) the demo model's calls do not all
+        # parse and validate: this test can fail.
+        tools = [dict(TOOLS[0], function=dict(TOOLS[0]["function"], strict=False))]
+        free = self.srv.client("concurrent", list=[forced(s, "auto", max_tokens=24, tools=tools) for s in SEEDS])
+        self.assertFalse(all(valid_call(r["response"]["choices"][0]) for r in free),
+                         "the unconstrained demo model made a valid call every time: the test cannot fail")
+
     def test_streamed_completion(self):
         p = dict(model=NAME, prompt="A fortune as JSON:", temperature=1, seed=9, max_tokens=200, stream=True,
                  response_format={"type": "json_schema", "json_schema": {"name": "fortune", "schema": SCHEMA}})
@@ -112,6 +164,10 @@ class StructuredTest(unittest.TestCase):
                              ("prompt_logprobs", 1), ("grammar", "root ::= x")]:
             self.assertIn("'%s' is not supported" % field, error(dict(chat(1, constrained=False), **{field: value})))
         self.assertIn("'stop' cannot be combined", error(chat(1, stop=["}"])))
+        strict = chat(1)
+        strict["response_format"]["json_schema"]["strict"] = True
+        self.assertIn("strict: true needs every property in 'required' ('note' at the root is not)", error(strict))
+        self.assertIn("'tools[0].function.strict': true needs this function's call forced", error(forced(1, "auto")))
         self.assertIn("turns thinking off", error(chat(1, reasoning_effort="high")))
         self.assertIn("'response_format.json_schema.extra' is not supported", error(
             dict(chat(1), response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}, "extra": 1}})))

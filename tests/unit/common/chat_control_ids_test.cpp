@@ -13,11 +13,11 @@ std::map<std::string, std::vector<int32_t>> K3Answers() {
           {"tools", {7, 8}}};
 }
 
-TEST(ChatControlIds, TheQueriesAreTheFiveSpecialTokensThenTheFourTagNames) {
+TEST(ChatControlIds, TheQueriesAreTheFiveSpecialTokensThenTheSixTagNames) {
   std::vector<std::string> special, plain;
   for (const ControlIdQuery& q : ControlIdQueries()) (q.special ? special : plain).push_back(q.text);
   EXPECT_EQ(special, std::vector<std::string>({"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>", "[EOS]"}));
-  EXPECT_EQ(plain, std::vector<std::string>({"think", "response", "message", "tools"}));
+  EXPECT_EQ(plain, std::vector<std::string>({"think", "response", "message", "tools", "call", "json"}));
 }
 
 TEST(ChatControlIds, FromAK3Vocabulary) {

@@ -38,10 +38,10 @@ TEST(TokenizerProtocol, RoundTrip) {
   RoundTrip(tk::Decode{4, {228}, true, false}, "tokenizer.Decode");
   RoundTrip(tk::Decode{4, {}, true, true}, "tokenizer.Decode");
   RoundTrip(tk::Decoded{4, "\xe4\xbd"}, "tokenizer.Decoded");
-  RoundTrip(tk::RenderChat{5, "{\"role\":\"user\",\"content\":\"hi\"}\n", false, "low", "", tk::ToolChoice::kAuto, false}, "tokenizer.RenderChat");
-  RoundTrip(tk::RenderChat{6, "", true, "", "", tk::ToolChoice::kAuto, false}, "tokenizer.RenderChat");
+  RoundTrip(tk::RenderChat{5, "{\"role\":\"user\",\"content\":\"hi\"}\n", false, "low", "", tk::ToolChoice::kAuto, false, ""}, "tokenizer.RenderChat");
+  RoundTrip(tk::RenderChat{6, "", true, "", "", tk::ToolChoice::kAuto, false, ""}, "tokenizer.RenderChat");
   RoundTrip(tk::RenderChat{7, "{\"role\":\"user\",\"content\":\"hi\"}\n", true, "max", "[{\"type\":\"function\"}]",
-                           tk::ToolChoice::kNamed, true},
+                           tk::ToolChoice::kNamed, true, "get_weather"},
             "tokenizer.RenderChat");
   RoundTrip(tk::Failed{5, tk::Error::kUnknownId, "id 999999 is not in the vocabulary"}, "tokenizer.Failed");
 }

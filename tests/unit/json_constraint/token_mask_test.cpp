@@ -73,6 +73,47 @@ TEST(TokenMask, EqualsFeedingEveryTokenAlongRandomWalks) {
   EXPECT_GT(masker.misses(), 0);
 }
 
+// The string interior's mask is shared by every string state and schema of a trie: masks from
+// it equal the whole trie's walk and the definition, for strings in several schemas (free keys,
+// array items, anyOf alternatives, a uuid), at UTF-8 and escape boundaries.
+TEST(TokenMask, SharedStringInteriorEqualsTheFullWalk) {
+  const std::vector<std::string> vocab = RandomVocabulary(3000, 12);
+  const TokenTrie trie(vocab);
+  const char* schemas[] = {
+      R"({"type":"object","properties":{"s":{"type":"string"},"t":{"type":"array","items":{"type":"string"}}},"required":["s","t"]})",
+      R"({"anyOf":[{"type":"string"},{"type":"object","properties":{"a":{"type":"string","format":"uuid"},"b":{}}}]})",
+      R"({"type":"object"})"};
+  std::mt19937_64 rng(5);
+  int string_states = 0;
+  for (const char* schema : schemas) {
+    const Matcher m = MatcherFor(schema);
+    TokenMasker masker(trie, m);
+    for (int walk = 0; walk < 8; ++walk) {
+      State s = m.Start();
+      for (int step = 0; step < 30 && !m.Accepting(s); ++step) {
+        const std::vector<uint64_t> bits = masker.Allowed(s);
+        ASSERT_EQ(bits, masker.AllowedByFullWalk(s)) << schema << " step " << step;
+        std::vector<int32_t> allowed;
+        for (size_t id = 0; id < vocab.size(); ++id) {
+          const bool want = !vocab[id].empty() && FeedAll(m, s, vocab[id]);
+          ASSERT_EQ(Bit(bits, static_cast<int64_t>(id)), want) << schema << " id " << id << " step " << step;
+          if (want) allowed.push_back(static_cast<int32_t>(id));
+        }
+        if (m.InPlainString(s)) ++string_states;
+        ASSERT_FALSE(allowed.empty());
+        const std::string& t = vocab[static_cast<size_t>(allowed[rng() % allowed.size()])];
+        State next = s, tmp;
+        for (char c : t) {
+          ASSERT_TRUE(m.Feed(next, static_cast<uint8_t>(c), tmp));
+          std::swap(next, tmp);
+        }
+        s = next;
+      }
+    }
+  }
+  EXPECT_GT(string_states, 30);
+}
+
 TEST(Constrained, EndsWithTheAfterIdsOnlyOnceTheValueIsComplete) {
   std::vector<std::string> vocab = {"{\"", "a", "\":", "1", "}", "2", "\"", "x"};
   vocab.resize(12);  // ids 8..11: special (no bytes)

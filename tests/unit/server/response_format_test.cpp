@@ -86,5 +86,57 @@ TEST(FieldPolicy, RefusedUnlessTheValueAsksForNothing) {
       "skip_special_tokens": true, "use_beam_search": false, "user": "u", "metadata": {"k": "v"})"), "accepted");
 }
 
+// strict: true is OpenAI's strict subset (its structured-outputs guide, "Supported schemas"): an
+// object at the root, additionalProperties false and every property required, in every object.
+TEST(ResponseFormat, StrictTrueNeedsTheStrictSubset) {
+  auto rf = [](const std::string& schema, const char* strict) {
+    return std::string(R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": )") + strict +
+           R"(, "schema": )" + schema + "}}";
+  };
+  const std::string open = R"({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})";
+  EXPECT_EQ(Error(rf(open, "true")),
+            "400 'response_format.json_schema.schema': strict: true needs 'additionalProperties': false in every object (at the root)");
+  EXPECT_EQ(Error(rf(open, "false")), "accepted");  // constrained all the same (docs/server.md)
+  EXPECT_EQ(Error(rf(R"({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "object",
+      "properties": {"c": {"type": "integer"}}, "required": [], "additionalProperties": false}}, "required": ["a", "b"],
+      "additionalProperties": false})", "true")),
+            "400 'response_format.json_schema.schema': strict: true needs every property in 'required' ('c' at /properties/b is not)");
+  EXPECT_EQ(Error(rf(R"({"type": "array", "items": {"type": "integer"}})", "true")),
+            "400 'response_format.json_schema.schema': strict: true needs an object schema at the root (not anyOf)");
+}
+
+// A forced call (tool_choice naming a function, or required with one declared) is constrained by
+// the function's parameters; its strict: true is the same subset; strict elsewhere is refused.
+TEST(ResponseFormat, ForcedCallIsConstrainedByItsParameters) {
+  const std::string params = R"({"type": "object", "properties": {"z": {"enum": ["x"]}, "a": {"type": "integer"}},
+      "required": ["z", "a"], "additionalProperties": false})";
+  auto tool = [&](const std::string& name, const char* strict, const std::string& p) {
+    return R"({"type": "function", "function": {"name": ")" + name + R"(", "strict": )" + strict + R"(, "parameters": )" + p + "}}";
+  };
+  RequestSpec r = Spec(R"("tools": [)" + tool("f", "true", params) + "," + tool("g", "false", "{}") +
+                       R"(], "tool_choice": {"type": "function", "function": {"name": "f"}})");
+  EXPECT_EQ(r.forced_call, "f");
+  ASSERT_TRUE(r.json_schema.has_value());
+  EXPECT_EQ(*r.json_schema, R"({"type":"object","properties":{"z":{"enum":["x"]},"a":{"type":"integer"}},"required":["z","a"],"additionalProperties":false})");
+  EXPECT_FALSE(r.thinking);
+  r = Spec(R"("tools": [)" + tool("f", "false", params) + R"(], "tool_choice": "required")");
+  EXPECT_EQ(r.forced_call, "f");
+  r = Spec(R"("tools": [)" + tool("f", "false", params) + "," + tool("g", "false", "{}") + R"(], "tool_choice": "required")");
+  EXPECT_EQ(r.forced_call, "");  // two functions: the name comes before the arguments, not constrained
+  EXPECT_FALSE(r.json_schema.has_value());
+  EXPECT_TRUE(r.thinking);
+  EXPECT_EQ(Error(R"("tools": [)" + tool("f", "true", params) + "]"),
+            "400 'tools[0].function.strict': true needs this function's call forced ('tool_choice' naming it, or \"required\" "
+            "with it the only tool): k3 constrains a forced call's arguments only");
+  EXPECT_EQ(Error(R"("tools": [)" + tool("f", "true", R"({"type": "object", "properties": {"a": {"type": "string"}}})") +
+                  R"(], "tool_choice": "required")"),
+            "400 'tools[0].function.parameters': strict: true needs 'additionalProperties': false in every object (at the root)");
+  EXPECT_EQ(Error(R"("tools": [)" + tool("f", "false", R"({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}})") +
+                  R"(], "tool_choice": "required")"),
+            "400 'tools[0].function.parameters': 'pattern' is not supported (at /properties/a)");
+  EXPECT_EQ(Error(R"("tools": [)" + tool("f", "false", params) + R"(], "tool_choice": "required", "stop": ["}"])"),
+            "400 'stop' cannot be combined with a forced tool call (a stop string could cut the value)");
+}
+
 }  // namespace
 }  // namespace k3::server

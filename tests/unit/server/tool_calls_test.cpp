@@ -198,9 +198,9 @@ TEST(ToolCalls, PiecesFromIds) {
 }
 
 TEST(ToolCalls, TheSchemasAForcedCallMustSatisfy) {
-  const std::string tools =
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(
       R"([{"type":"function","function":{"name":"a","parameters":{"type":"object","properties":{"x":{"type":"string"}}}}},)"
-      R"({"type":"function","function":{"name":"b"}}])";
+      R"({"type":"function","function":{"name":"b","strict":true}}])");
   ToolRules r = Rules({"a", "b"});
   EXPECT_TRUE(ForcedCallSchemas(tools, r).empty());  // auto: nothing forced
   r.choice = ToolChoice::kNamed;
@@ -208,11 +208,14 @@ TEST(ToolCalls, TheSchemasAForcedCallMustSatisfy) {
   auto f = ForcedCallSchemas(tools, r);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].name, "b");
-  EXPECT_EQ(f[0].parameters, nlohmann::json::parse(R"({"type":"object","properties":{}})"));
+  EXPECT_EQ(f[0].parameters, nlohmann::ordered_json::parse(R"({"type":"object","properties":{}})"));
+  EXPECT_EQ(f[0].index, 1u);
+  EXPECT_TRUE(f[0].strict);
   r.choice = ToolChoice::kRequired;
   f = ForcedCallSchemas(tools, r);
   ASSERT_EQ(f.size(), 2u);
-  EXPECT_EQ(f[0].parameters, nlohmann::json::parse(R"({"type":"object","properties":{"x":{"type":"string"}}})"));
+  EXPECT_EQ(f[0].parameters, nlohmann::ordered_json::parse(R"({"type":"object","properties":{"x":{"type":"string"}}})"));
+  EXPECT_FALSE(f[0].strict);
 }
 
 }  // namespace

@@ -97,13 +97,13 @@ TEST(TokenizerService, UnknownAndNegativeIdsFail) {
 TEST(TokenizerService, RenderChatMatchesTemplate) {
   TokenizerService s(TestTokenizer());
   const std::string hist = "{\"role\":\"system\",\"content\":\"be brief\"}\n{\"role\":\"user\",\"content\":\"hello\"}\n";
-  const auto& e = As<tk::EncodedIds>(s.Handle(tk::RenderChat{6, hist, false, "", "", tk::ToolChoice::kAuto, false}));
+  const auto& e = As<tk::EncodedIds>(s.Handle(tk::RenderChat{6, hist, false, "", "", tk::ToolChoice::kAuto, false, ""}));
   ChatOptions opt;
   opt.thinking = false;
   const std::vector<ChatMessage> msgs = {{Role::kSystem, "be brief", std::nullopt}, {Role::kUser, "hello", std::nullopt}};
   EXPECT_EQ(e.ids, Wire(ChatTemplate(TestTokenizer()).Render(msgs, opt, true)));
-  EXPECT_EQ(As<tk::Failed>(s.Handle(tk::RenderChat{7, "{\"role\":\"user\"}\n", true, "", "", tk::ToolChoice::kAuto, false})).error, tk::Error::kBadInput);
-  EXPECT_EQ(As<tk::Failed>(s.Handle(tk::RenderChat{8, hist, true, "extreme", "", tk::ToolChoice::kAuto, false})).error, tk::Error::kUnsupported);
+  EXPECT_EQ(As<tk::Failed>(s.Handle(tk::RenderChat{7, "{\"role\":\"user\"}\n", true, "", "", tk::ToolChoice::kAuto, false, ""})).error, tk::Error::kBadInput);
+  EXPECT_EQ(As<tk::Failed>(s.Handle(tk::RenderChat{8, hist, true, "extreme", "", tk::ToolChoice::kAuto, false, ""})).error, tk::Error::kUnsupported);
 }
 
 // RenderChat's tool fields reach the template: tools, tool_choice, continue_final.
@@ -119,17 +119,17 @@ TEST(TokenizerService, RenderChatWithTools) {
   ChatOptions opt;
   opt.tools_json = tools;
   opt.continue_final = true;
-  const auto& open = As<tk::EncodedIds>(s.Handle(tk::RenderChat{9, hist, true, "", tools, tk::ToolChoice::kAuto, true}));
+  const auto& open = As<tk::EncodedIds>(s.Handle(tk::RenderChat{9, hist, true, "", tools, tk::ToolChoice::kAuto, true, ""}));
   EXPECT_EQ(open.ids, Wire(ChatTemplate(TestTokenizer()).Render(msgs, opt, false)));
   const std::string answered = hist + "{\"role\":\"tool\",\"content\":\"r\",\"tool_call_id\":\"c1\"}\n";
   std::vector<ChatMessage> with_result = msgs;
   with_result.push_back({Role::kTool, "r", std::nullopt, {}, std::string("c1")});
   opt.continue_final = false;
   opt.tool_choice = ToolChoice::kNone;
-  const auto& next = As<tk::EncodedIds>(s.Handle(tk::RenderChat{10, answered, true, "", tools, tk::ToolChoice::kNone, false}));
+  const auto& next = As<tk::EncodedIds>(s.Handle(tk::RenderChat{10, answered, true, "", tools, tk::ToolChoice::kNone, false, ""}));
   EXPECT_EQ(next.ids, Wire(ChatTemplate(TestTokenizer()).Render(with_result, opt, true)));
-  EXPECT_NE(next.ids, As<tk::EncodedIds>(s.Handle(tk::RenderChat{11, answered, true, "", tools, tk::ToolChoice::kAuto, false})).ids);
-  EXPECT_EQ(As<tk::Failed>(s.Handle(tk::RenderChat{12, answered, true, "", "{oops", tk::ToolChoice::kAuto, false})).error,
+  EXPECT_NE(next.ids, As<tk::EncodedIds>(s.Handle(tk::RenderChat{11, answered, true, "", tools, tk::ToolChoice::kAuto, false, ""})).ids);
+  EXPECT_EQ(As<tk::Failed>(s.Handle(tk::RenderChat{12, answered, true, "", "{oops", tk::ToolChoice::kAuto, false, ""})).error,
             tk::Error::kBadInput);
 }
 

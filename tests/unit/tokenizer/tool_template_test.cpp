@@ -77,6 +77,18 @@ TEST(ToolTemplate, CallsChannel) {
   EXPECT_THROW(ToolsChannel({{"c", "f", "[1, 2]"}}), Error);
 }
 
+// A forced call opens as the channel of one call whose arguments are a json block: the same
+// segments as that rendering, up to the block's text.
+TEST(ToolTemplate, ForcedCallOpeningIsTheJsonBlocksStart) {
+  EXPECT_EQ(Joined(ForcedCallOpening("get_weather")),
+            "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>json type=\"object\"<|sep|>");
+  const Segments whole = ToolsChannel({{"c", "a&\"b", "RAW"}});
+  const Segments open = ForcedCallOpening("a&\"b");
+  ASSERT_LT(open.size(), whole.size());
+  EXPECT_EQ(open, Segments(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(open.size())));
+  EXPECT_EQ(whole[open.size()].text, "RAW");
+}
+
 // Segments -> ids the plain way: control through Encode(allow_special), text ordinary.
 Ids IdsOf(const Segments& segs) {
   Ids out;
