@@ -250,9 +250,18 @@ class TokenizerPipelineTest(unittest.TestCase):
         # Send as soon as both services have bound their endpoints: on a slow (sanitizer) build
         # the short run could otherwise end between the two sends.
         endpoints = weight_endpoints(p.pid)
+        # Compute is held while the junk goes in, so the run cannot end (and the services report
+        # their final counts) before both services have read it; a loaded machine once ended a
+        # 24-token run first (trunk-reader rejected_messages 0).
+        compute = service_pid(p.pid, "k3-compute")
+        os.kill(compute, signal.SIGSTOP)
         sent = {}
-        for name in ("trunk", "experts"):
-            sent[name] = send_malformed(endpoints[name])
+        try:
+            for name in ("trunk", "experts"):
+                sent[name] = send_malformed(endpoints[name])
+            time.sleep(1.0)  # both services poll their sockets within milliseconds
+        finally:
+            os.kill(compute, signal.SIGCONT)
         first = b""
         out, err = self.finish(p)
         self.assertClean(p.pid)
